@@ -1,0 +1,5 @@
+"""``python -m reprokit``."""
+
+from reprokit.cli import main
+
+main()

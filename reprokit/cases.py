@@ -1,0 +1,293 @@
+"""Case files: load and validate them, expand ``[matrix]`` into variants, apply ``--set``.
+
+Listing and validating cases never imports torch: only the standard library and the
+template front matter are read.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reprokit.errors import ReprokitError
+from reprokit.render import Template, builtin_dir, find_template
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+
+class Outcome(enum.StrEnum):
+    """How a variant ended (DESIGN.md "Outcomes")."""
+
+    MATCH = "match"
+    MISMATCH = "mismatch"
+    ERROR = "error"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+
+
+# Each table a case may hold, with its keys and their types; anything else is an error.
+_SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "case": {"title": str, "template": str, "description": str, "tags": list},
+    "compare": {"rtol": (float, int), "atol": (float, int)},
+    "expect": {"outcome": str},
+}
+_REQUIRED_KEYS = {"case": ("title", "template")}
+_EXPECTABLE = [o.value for o in Outcome if o is not Outcome.SKIPPED]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One validated case file."""
+
+    name: str
+    path: Path
+    title: str
+    template: Template
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    matrix: dict[str, list[Any]] = field(default_factory=dict)
+    compare: dict[str, float] = field(default_factory=dict)
+    expect: Outcome = Outcome.MATCH
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One combination of a case's matrix, with every template parameter resolved."""
+
+    case: Case
+    params: dict[str, Any]
+    choice: dict[str, Any] = field(default_factory=dict)  # the matrix values of this variant
+
+    @property
+    def template(self) -> Template:
+        return self.case.template
+
+    @property
+    def label(self) -> str:
+        """``case`` or ``case[v1-v2]``, pytest style; also the variant's folder name."""
+        if not self.choice:
+            return self.case.name
+        parts = (re.sub(r"[^\w.=+-]", "_", str(v)) for v in self.choice.values())
+        return f"{self.case.name}[{'-'.join(parts)}]"
+
+    @property
+    def tolerances(self) -> dict[str, float | None]:
+        return {"rtol": self.case.compare.get("rtol"), "atol": self.case.compare.get("atol")}
+
+    def case_info(self) -> dict[str, Any]:
+        case = self.case
+        return {"name": case.name, "title": case.title, "description": case.description}
+
+
+def case_dirs(extra: Iterable[Path] = ()) -> list[Path]:
+    """Where cases are looked up by name, the user's folders first so that theirs win."""
+    return [*map(Path, extra), builtin_dir("cases")]
+
+
+def find_cases(selectors: Iterable[str] = (), extra: Iterable[Path] = ()) -> list[Path]:
+    """Case files for paths or names; every case when none is given."""
+    dirs = case_dirs(extra)
+    if not selectors:
+        found: dict[str, Path] = {}
+        for folder in dirs:
+            for path in sorted(folder.glob("*.toml")):
+                found.setdefault(path.stem, path)
+        return [found[name] for name in sorted(found)]
+    return [_find_case(selector, dirs) for selector in selectors]
+
+
+def _find_case(selector: str, dirs: list[Path]) -> Path:
+    if selector.endswith(".toml"):
+        if Path(selector).is_file():
+            return Path(selector)
+        raise ReprokitError("no such case file", selector, hint="Check the path.")
+    for folder in dirs:
+        if re.fullmatch(r"[\w.-]+", selector) and (folder / f"{selector}.toml").is_file():
+            return folder / f"{selector}.toml"
+    raise ReprokitError(
+        f"unknown case {selector!r}",
+        hint=f"Give a .toml path or a case name from {', '.join(map(str, dirs))} "
+        "(`reprokit list` shows them); add a folder with --cases.",
+    )
+
+
+def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
+    """Read and validate one case file against its template's declarations."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+        data = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReprokitError(f"cannot read the case file: {exc}", path) from None
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+        raise ReprokitError(
+            f"not valid TOML: {exc}", path, line, hint="See https://toml.io for the syntax."
+        ) from None
+    where = _Locator(path, text)
+    for table in data:
+        if table not in (*_SCHEMA, "params", "matrix"):
+            where.fail(table, None, f"unknown table [{table}]", hint=_TABLES_HINT)
+    sections = {name: _table(data, name, where) for name in (*_SCHEMA, "params", "matrix")}
+    for name, keys in _SCHEMA.items():
+        _check_keys(sections[name], keys, name, where)
+    info = sections["case"]
+    try:
+        template = find_template(info["template"], templates)
+    except ReprokitError as exc:
+        where.fail("template", "case", exc.message, hint=exc.hint)
+    params, matrix = sections["params"], sections["matrix"]
+    _check_params(template, params, matrix, where)
+    expect = sections["expect"].get("outcome", Outcome.MATCH.value)
+    if expect not in _EXPECTABLE:
+        where.fail("outcome", "expect", f"unknown outcome {expect!r}", f"Use one of {_EXPECTABLE}.")
+    return Case(
+        name=path.stem,
+        path=path,
+        title=info["title"],
+        template=template,
+        description=info.get("description", ""),
+        tags=tuple(info.get("tags", ())),
+        params=params,
+        matrix=matrix,
+        compare={k: float(v) for k, v in sections["compare"].items()},
+        expect=Outcome(expect),
+    )
+
+
+_TABLES_HINT = "A case holds [case], [params], [matrix], [compare] and [expect] (DESIGN.md)."
+
+
+def _table(data: dict[str, Any], name: str, where: _Locator) -> dict[str, Any]:
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        where.fail(name, None, f"{name} must be a table, [{name}]", hint=_TABLES_HINT)
+    for key in _REQUIRED_KEYS.get(name, ()):
+        if key not in table:
+            where.fail(name, None, f"[{name}] lacks {key!r}", hint=f"Add {key} = ... to [{name}].")
+    return table
+
+
+def _check_keys(table: dict[str, Any], keys: dict[str, Any], name: str, where: _Locator) -> None:
+    for key, value in table.items():
+        if key not in keys:
+            where.fail(key, name, f"unknown key {key!r} in [{name}]", f"Known: {', '.join(keys)}.")
+        if isinstance(value, bool) or not isinstance(value, keys[key]):
+            where.fail(key, name, f"[{name}] {key} has the wrong type: {type(value).__name__}")
+        if key == "tags" and not all(isinstance(tag, str) for tag in value):
+            where.fail(key, name, "[case] tags must be a list of strings")
+        if name == "compare" and value < 0:
+            where.fail(key, name, f"[compare] {key} must not be negative")
+
+
+def _check_params(
+    template: Template, params: dict[str, Any], matrix: dict[str, Any], where: _Locator
+) -> None:
+    declared = template.params
+    hint = "Declared: " + ", ".join(declared) if declared else "It declares no parameters."
+    for section, table in (("params", params), ("matrix", matrix)):
+        for key, value in table.items():
+            if key not in declared:
+                where.fail(key, section, f"template {template.name!r} has no parameter {key!r}", hint)
+            values = value if section == "matrix" else [value]
+            if section == "matrix" and (not isinstance(value, list) or not value):
+                where.fail(key, section, f"[matrix] {key} must be a non-empty list of values")
+            for one in values:
+                if problem := declared[key].problem(one):
+                    where.fail(key, section, f"{key} {problem}", declared[key].describe())
+            if section == "matrix" and key in params:
+                where.fail(key, section, f"{key} is set in both [params] and [matrix]")
+    for param in declared.values():
+        if param.required and param.name not in params and param.name not in matrix:
+            where.fail(
+                "params", None, f"missing parameter {param.name!r}", f"Set it: {param.describe()}"
+            )
+
+
+def variants(case: Case, sets: dict[str, Any] | None = None) -> list[Variant]:
+    """The case's variants: one per combination of its matrix, ``sets`` applied last."""
+    sets = sets or {}
+    for key, value in sets.items():
+        param = case.template.params.get(key)
+        if param is None:
+            raise ReprokitError(
+                f"--set {key}: template {case.template.name!r} has no such parameter",
+                case.path,
+                hint="Declared: " + ", ".join(case.template.params),
+            )
+        if problem := param.problem(value):
+            raise ReprokitError(f"--set {key}: {key} {problem}", case.path, hint=param.describe())
+    base = {**case.template.defaults(), **case.params, **sets}
+    axes = {k: v for k, v in case.matrix.items() if k not in sets}
+    combos = itertools.product(*axes.values())
+    return [
+        Variant(case, {**base, **choice}, choice)
+        for choice in (dict(zip(axes, combo, strict=True)) for combo in combos)
+    ]
+
+
+def parse_sets(items: Iterable[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; a value is read as TOML (``3``, ``true``, ``[4, 1]``), else text."""
+    sets: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_]\w*", key.strip()):
+            raise ReprokitError(f"--set {item!r} is not KEY=VALUE", hint="Example: --set layers=4")
+        try:
+            parsed = tomllib.loads(f"value = {raw}")
+            value = parsed["value"] if parsed.keys() == {"value"} else raw
+        except tomllib.TOMLDecodeError:
+            value = raw
+        sets[key.strip()] = value
+    return sets
+
+
+def load_variants(
+    selectors: Iterable[str] = (),
+    *,
+    sets: dict[str, Any] | None = None,
+    cases: Iterable[Path] = (),
+    templates: Iterable[Path] = (),
+) -> list[Variant]:
+    """Every variant of the selected cases (all cases when none is selected)."""
+    return [
+        variant
+        for path in find_cases(list(selectors), cases)
+        for variant in variants(load_case(path, templates=templates), sets)
+    ]
+
+
+@dataclass
+class _Locator:
+    """Raises errors that point at the line of a key, since tomllib gives lines only on syntax."""
+
+    path: Path
+    text: str
+
+    def line_of(self, key: str, section: str | None) -> int | None:
+        current = None
+        for number, line in enumerate(self.text.splitlines(), 1):
+            header = re.match(r"\s*\[\s*([^\]]+?)\s*\]", line)
+            if header:
+                current = header[1]
+                if section is None and current == key:
+                    return number
+            elif current == section and re.match(rf"\s*\"?{re.escape(key)}\"?\s*=", line):
+                return number
+        return None
+
+    def fail(self, key: str, section: str | None, message: str, hint: str | None = None):
+        raise ReprokitError(message, self.path, self.line_of(key, section), hint)
+
+
+def _line_from_message(message: str) -> int | None:
+    found = re.search(r"line (\d+)", message)
+    return int(found[1]) if found else None

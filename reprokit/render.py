@@ -1,0 +1,237 @@
+"""Templates: find them, read their parameter declarations, render a variant into a script.
+
+A template is one file, ``templates/<name>.py.j2``. It opens with a Jinja comment holding
+TOML, its declarations, so that a user's template is a single file too::
+
+    {#- reprokit
+    title = "What the scenario shows"
+    [params]
+    layers = {type = "int", default = 2, min = 1, help = "hidden layers of the MLP"}
+    -#}
+
+Every value from a case reaches the script as a Python literal (``repr`` of the checked
+value): a string can never become code, whatever it holds. Templates that want plain text
+(a title in a comment) or a name ask for it with the ``comment`` or ``ident`` filter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+from jinja2 import meta
+from jinja2.sandbox import SandboxedEnvironment
+from markupsafe import Markup
+
+from reprokit.errors import ReprokitError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from reprokit.cases import Variant
+
+_PACKAGE = Path(__file__).resolve().parent
+_FRONT_MATTER = re.compile(r"\A\{#-?\s*reprokit\s*\n(?P<toml>.*?)-?#\}", re.DOTALL)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (float, int),
+    "bool": (bool,),
+    "str": (str,),
+    "list": (list,),
+}
+_REQUIRED = object()
+SUFFIX = ".py.j2"
+
+
+def builtin_dir(kind: str) -> Path:
+    """The built-in ``templates`` or ``cases`` folder: inside the wheel, else the checkout's."""
+    packaged = _PACKAGE / "_builtin" / kind
+    return packaged if packaged.is_dir() else _PACKAGE.parent / kind
+
+
+@dataclass(frozen=True)
+class Param:
+    """One declared template parameter."""
+
+    name: str
+    type: str
+    help: str
+    default: Any = _REQUIRED
+    min: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not acceptable for this parameter, or None when it is."""
+        allowed = _TYPES[self.type]
+        if isinstance(value, bool) and bool not in allowed or not isinstance(value, allowed):
+            return f"must be {self.type}, not {type(value).__name__} {value!r}"
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {', '.join(map(repr, self.choices))}, not {value!r}"
+        if self.min is not None and value < self.min:
+            return f"must be at least {self.min}, not {value!r}"
+        return None
+
+    def describe(self) -> str:
+        default = "required" if self.required else f"default {self.default!r}"
+        extra = f", one of {list(self.choices)}" if self.choices else ""
+        extra += f", at least {self.min}" if self.min is not None else ""
+        return f"{self.type}, {default}{extra}: {self.help}"
+
+
+@dataclass(frozen=True)
+class Template:
+    """A template file and what its front matter declares."""
+
+    name: str
+    path: Path
+    title: str
+    params: dict[str, Param] = field(default_factory=dict)
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params.values() if not p.required}
+
+
+def template_dirs(extra: Iterable[Path] = ()) -> list[Path]:
+    """Where templates are looked up, the user's folders first so that theirs win."""
+    return [*map(Path, extra), builtin_dir("templates")]
+
+
+def list_templates(extra: Iterable[Path] = ()) -> list[Template]:
+    """Every template, by name; a user's template hides a built-in one of the same name."""
+    found: dict[str, Path] = {}
+    for folder in template_dirs(extra):
+        for path in sorted(folder.glob(f"*{SUFFIX}")):
+            name = path.name.removesuffix(SUFFIX)
+            if not name.startswith("_"):
+                found.setdefault(name, path)
+    return [load_template(path) for _, path in sorted(found.items())]
+
+
+def find_template(name: str, extra: Iterable[Path] = ()) -> Template:
+    """The template called ``name``; the name is a bare identifier, never a path."""
+    dirs = template_dirs(extra)
+    if _NAME.fullmatch(name):
+        for folder in dirs:
+            if (folder / f"{name}{SUFFIX}").is_file():
+                return load_template(folder / f"{name}{SUFFIX}")
+    known = ", ".join(t.name for t in list_templates(extra))
+    raise ReprokitError(
+        f"unknown template {name!r}",
+        hint=f"Known templates: {known}. A template is a name (no path) of a "
+        f"<name>{SUFFIX} file in {', '.join(map(str, dirs))}; add a folder with --templates.",
+    )
+
+
+@cache
+def load_template(path: Path) -> Template:
+    """Read a template's front matter into a :class:`Template`."""
+    name = path.name.removesuffix(SUFFIX)
+    match = _FRONT_MATTER.match(path.read_text(encoding="utf-8"))
+    if match is None:  # a hand-written template may declare nothing
+        return Template(name, path, title=name)
+    try:
+        spec = tomllib.loads(match["toml"])
+    except tomllib.TOMLDecodeError as exc:
+        raise ReprokitError(f"front matter is not valid TOML: {exc}", path) from None
+    params = {key: _param(path, key, decl) for key, decl in spec.get("params", {}).items()}
+    return Template(name, path, str(spec.get("title", name)), params)
+
+
+def _param(path: Path, key: str, decl: Any) -> Param:
+    if not isinstance(decl, dict) or decl.get("type") not in _TYPES or "help" not in decl:
+        raise ReprokitError(
+            f"parameter {key!r} is badly declared",
+            path,
+            hint=f'Declare it as {key} = {{type = "int|float|bool|str|list", default = ..., '
+            'help = "..."}, with min = ... for numbers and choices = [...] where it fits.',
+        )
+    choices = decl.get("choices")
+    param = Param(
+        key,
+        decl["type"],
+        decl["help"],
+        decl.get("default", _REQUIRED),
+        decl.get("min"),
+        tuple(choices) if choices is not None else None,
+    )
+    if not param.required and (problem := param.problem(param.default)):
+        raise ReprokitError(f"the default of parameter {key!r} {problem}", path)
+    return param
+
+
+def _python_literal(value: Any) -> Markup:
+    """Every ``{{ value }}`` becomes a Python literal, so case data cannot become code."""
+    if isinstance(value, Markup):  # output of a macro or of the comment filter
+        return value
+    if isinstance(value, str):  # JSON's string escapes are all valid in Python too
+        return Markup(json.dumps(value))
+    return Markup(repr(value))
+
+
+def _comment(value: Any) -> Markup:
+    """Plain text safe inside a ``#`` comment: every line break starts a new comment."""
+    return Markup(re.sub(r"\s*[\r\n]+\s*", "\n# ", str(value).strip()))
+
+
+def _identifier(value: Any) -> Markup:
+    """A dotted Python name, checked, for templates that choose a class or function by name."""
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", str(value)):
+        raise ValueError(f"not a Python name: {value!r}")
+    return Markup(value)
+
+
+@cache
+def environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
+    """The one Jinja environment: sandboxed, strict about undefined names."""
+    env = SandboxedEnvironment(
+        loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=True,  # with _python_literal as finalize: escaping means "make it a literal"
+        finalize=_python_literal,
+    )
+    env.filters["comment"] = _comment
+    env.filters["ident"] = _identifier
+    return env
+
+
+def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
+    """The standalone script of ``variant``, checked to be valid Python."""
+    template = variant.template
+    env = environment(tuple(template_dirs(templates)))
+    context = {**variant.params, "case": variant.case_info(), "compare": variant.tolerances}
+    source = template.path.read_text(encoding="utf-8")
+    try:
+        unset = sorted(meta.find_undeclared_variables(env.parse(source)) - context.keys())
+        if unset:
+            raise ReprokitError(
+                f"the template uses {', '.join(unset)}, which it does not declare",
+                template.path,
+                hint="Declare every variable the template uses in its front matter [params].",
+            )
+        script = env.get_template(template.path.name).render(context)
+    except jinja2.TemplateError as exc:
+        line = getattr(exc, "lineno", None)
+        raise ReprokitError(f"cannot render: {exc}", template.path, line) from None
+    try:
+        compile(script, f"{variant.label}.py", "exec")
+    except SyntaxError as exc:
+        raise ReprokitError(
+            f"the rendered script is not valid Python: {exc.msg} (script line {exc.lineno})",
+            template.path,
+            hint="Fix the template; `reprokit render` shows the script it made.",
+        ) from None
+    return script
