@@ -196,7 +196,8 @@ def _check_params(
     for section, table in (("params", params), ("matrix", matrix)):
         for key, value in table.items():
             if key not in declared:
-                where.fail(key, section, f"template {template.name!r} has no parameter {key!r}", hint)
+                message = f"template {template.name!r} has no parameter {key!r}"
+                where.fail(key, section, message, hint)
             values = value if section == "matrix" else [value]
             if section == "matrix" and (not isinstance(value, list) or not value):
                 where.fail(key, section, f"[matrix] {key} must be a non-empty list of values")

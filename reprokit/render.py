@@ -74,7 +74,7 @@ class Param:
     def problem(self, value: Any) -> str | None:
         """Why ``value`` is not acceptable for this parameter, or None when it is."""
         allowed = _TYPES[self.type]
-        if isinstance(value, bool) and bool not in allowed or not isinstance(value, allowed):
+        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
             return f"must be {self.type}, not {type(value).__name__} {value!r}"
         if self.choices is not None and value not in self.choices:
             return f"must be one of {', '.join(map(repr, self.choices))}, not {value!r}"

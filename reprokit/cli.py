@@ -1,0 +1,145 @@
+"""The command line: parse options, call one library function, print, choose the exit code."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from reprokit.cases import find_cases, load_case, load_variants, parse_sets, variants
+from reprokit.errors import ReprokitError
+from reprokit.render import list_templates, render
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Minimal reproductions and issue-ready bug reports for PyTorch/XLA.",
+)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+CasesOpt = Annotated[
+    list[Path], typer.Option("--cases", help="a folder of your own cases (wins over built-in)")
+]
+TemplatesOpt = Annotated[
+    list[Path], typer.Option("--templates", help="a folder of your own templates (wins)")
+]
+SetOpt = Annotated[list[str], typer.Option("--set", help="override a parameter: KEY=VALUE")]
+
+
+def reports_errors(command):
+    """Bad input ends in one message and exit code 2; a traceback only with --debug."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ReprokitError as exc:
+            if _options["debug"]:
+                raise
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+_options = {"debug": False}  # set once per invocation by the root callback
+
+
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False) -> None:
+    _options["debug"] = debug
+
+
+@app.command("list")
+@reports_errors
+def list_(
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    cases: CasesOpt = [],  # noqa: B006 (typer reads the default; it is never mutated)
+    templates: TemplatesOpt = [],  # noqa: B006
+) -> None:
+    """Cases and templates, with their titles."""
+    loaded = [load_case(path, templates=templates) for path in find_cases((), cases)]
+    found = list_templates(templates)
+    if as_json:
+        data = {
+            "cases": [
+                {
+                    "name": case.name,
+                    "path": str(case.path),
+                    "title": case.title,
+                    "template": case.template.name,
+                    "variants": [v.label for v in variants(case)],
+                    "expect": case.expect.value,
+                    "tags": list(case.tags),
+                }
+                for case in loaded
+            ],
+            "templates": [
+                {
+                    "name": t.name,
+                    "path": str(t.path),
+                    "title": t.title,
+                    "params": [
+                        {
+                            "name": p.name,
+                            "type": p.type,
+                            "default": None if p.required else p.default,
+                            "required": p.required,
+                            "min": p.min,
+                            "choices": p.choices,
+                            "help": p.help,
+                        }
+                        for p in t.params.values()
+                    ],
+                }
+                for t in found
+            ],
+        }
+        out.print_json(json.dumps(data))
+        return
+    table = Table("case", "template", "variants", "expect", "title", title="Cases")
+    for case in loaded:
+        count = str(len(variants(case)))
+        table.add_row(case.name, case.template.name, count, case.expect.value, case.title)
+    out.print(table)
+    table = Table("template", "parameters", "title", title="Templates")
+    for t in found:
+        table.add_row(t.name, ", ".join(t.params), t.title)
+    out.print(table)
+
+
+@app.command("render")
+@reports_errors
+def render_(
+    case: Annotated[str, typer.Argument(help="a case name or .toml path")],
+    set_: SetOpt = [],  # noqa: B006
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write here")] = None,
+    cases: CasesOpt = [],  # noqa: B006
+    templates: TemplatesOpt = [],  # noqa: B006
+) -> None:
+    """The standalone script of one case (pin a matrix with --set)."""
+    found = load_variants([case], sets=parse_sets(set_), cases=cases, templates=templates)
+    if len(found) > 1:
+        axes = ", ".join(found[0].choice)
+        raise ReprokitError(
+            f"the case has {len(found)} variants: {', '.join(v.label for v in found)}",
+            found[0].case.path,
+            hint=f"Pick one by fixing its matrix with --set ({axes}).",
+        )
+    script = render(found[0], templates=templates)
+    if output is None:
+        typer.echo(script, nl=False)
+        return
+    output.write_text(script, encoding="utf-8")
+    err.print(f"wrote {output} ({script.count(chr(10))} lines)", highlight=False)
+
+
+def main() -> None:
+    app()
