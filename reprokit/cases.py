@@ -143,6 +143,8 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
     try:
         template = find_template(info["template"], templates)
     except ReprokitError as exc:
+        if exc.path is not None:  # the template itself is broken: point at it
+            raise
         where.fail("template", "case", exc.message, hint=exc.hint)
     params, matrix = sections["params"], sections["matrix"]
     _check_params(template, params, matrix, where)
@@ -206,11 +208,6 @@ def _check_params(
                     where.fail(key, section, f"{key} {problem}", declared[key].describe())
             if section == "matrix" and key in params:
                 where.fail(key, section, f"{key} is set in both [params] and [matrix]")
-    for param in declared.values():
-        if param.required and param.name not in params and param.name not in matrix:
-            where.fail(
-                "params", None, f"missing parameter {param.name!r}", f"Set it: {param.describe()}"
-            )
 
 
 def variants(case: Case, sets: dict[str, Any] | None = None) -> list[Variant]:
@@ -227,6 +224,13 @@ def variants(case: Case, sets: dict[str, Any] | None = None) -> list[Variant]:
         if problem := param.problem(value):
             raise ReprokitError(f"--set {key}: {key} {problem}", case.path, hint=param.describe())
     base = {**case.template.defaults(), **case.params, **sets}
+    for param in case.template.params.values():
+        if param.required and param.name not in base and param.name not in case.matrix:
+            raise ReprokitError(
+                f"missing parameter {param.name!r}",
+                case.path,
+                hint=f"Set it in [params] or with --set: {param.describe()}",
+            )
     axes = {k: v for k, v in case.matrix.items() if k not in sets}
     combos = itertools.product(*axes.values())
     return [

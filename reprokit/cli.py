@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from reprokit.cases import find_cases, load_case, load_variants, parse_sets, variants
@@ -43,7 +44,7 @@ def reports_errors(command):
         except ReprokitError as exc:
             if _options["debug"]:
                 raise
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
             raise typer.Exit(2) from None
 
     return wrapper

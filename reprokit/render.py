@@ -211,7 +211,9 @@ def environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
 def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
     """The standalone script of ``variant``, checked to be valid Python."""
     template = variant.template
-    env = environment(tuple(template_dirs(templates)))
+    # the template's own folder first: a case found with --templates renders without it too
+    dirs = dict.fromkeys([template.path.parent, *template_dirs(templates)])
+    env = environment(tuple(dirs))
     context = {**variant.params, "case": variant.case_info(), "compare": variant.tolerances}
     source = template.path.read_text(encoding="utf-8")
     try:

@@ -1,0 +1,135 @@
+"""Case files as users write them: every kind of bad input ends in exit 2 and one clear
+message naming the file (and line); good ones expand into the right variants."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TEST_TEMPLATES
+
+from reprokit.cases import load_case, load_variants, parse_sets, variants
+from reprokit.errors import ReprokitError
+
+GOOD = """
+    [case]
+    title = "echo"
+    template = "echo"
+
+    [params]
+    message = "hello"
+"""
+
+
+def render_error(cli, path, *extra):
+    """Run ``reprokit render`` on a bad case; return its message, checked to be clean."""
+    result = cli("render", path, "--templates", TEST_TEMPLATES, *extra)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.stdout == ""  # no script printed
+    assert result.stderr.startswith("error: ")
+    return result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("[case\ntitle = 'x'\n", 1, "not valid TOML"),
+        ("[case]\ntitle = 'x'\ntemplate = 'echo'\n[parms]\nmessage = 'm'\n", 4, "unknown table"),
+        ("[case]\ntitle = 'x'\ntemplate = 'echo'\ncolour = 1\n", 4, "unknown key 'colour'"),
+        ("[case]\ntitle = 3\ntemplate = 'echo'\n", 2, "wrong type"),
+        ("[case]\ntitle = 'x'\n", 1, "lacks 'template'"),
+        ("[case]\ntitle = 'x'\ntemplate = 'nope'\n", 3, "unknown template 'nope'"),
+        ("[case]\ntitle = 'x'\ntemplate = '../echo'\n", 3, "unknown template '../echo'"),
+        ("[case]\ntitle = 'x'\ntemplate = 'echo'\n", None, "missing parameter 'message'"),
+        (GOOD + "depth = 3\n", 7, "has no parameter 'depth'"),
+        (GOOD + "count = 'two'\n", 7, "count must be int, not str"),
+        (GOOD + "count = true\n", 7, "count must be int, not bool"),
+        (GOOD + "count = 0\n", 7, "count must be at least 1"),
+        (GOOD + "mode = 'c'\n", 7, "mode must be one of 'a', 'b'"),
+        (GOOD + "[matrix]\ncount = 2\n", 8, "must be a non-empty list"),
+        (GOOD + "[matrix]\ncount = [1, -4]\n", 8, "count must be at least 1"),
+        (GOOD + "count = 2\n[matrix]\ncount = [1, 2]\n", 9, "both [params] and [matrix]"),
+        (GOOD + "[compare]\nrtol = -1.0\n", 8, "must not be negative"),
+        (GOOD + "[expect]\noutcome = 'works'\n", 8, "unknown outcome 'works'"),
+    ],
+)
+def test_bad_case_names_file_line_and_problem(cli, write_case, text, line, words):
+    path = write_case(text)
+    message = render_error(cli, path)
+    where = f"{path}:{line}: " if line else f"{path}: "
+    assert message.startswith(f"error: {where}"), message
+    assert words in message
+
+
+def test_error_has_a_hint_after_a_blank_line(cli, write_case):
+    message = render_error(cli, write_case(GOOD + "count = 'two'\n"))
+    _, blank, hint = message.splitlines()[:3]
+    assert blank == ""
+    assert hint.startswith("int, default 1, at least 1")
+
+
+def test_invalid_utf8_is_a_clear_error(cli, tmp_path):
+    path = tmp_path / "binary.toml"
+    path.write_bytes(b"[case]\ntitle = '\xff\xfe'\n")
+    assert "cannot read the case file" in render_error(cli, path)
+
+
+def test_unknown_case_name_and_missing_file(cli, tmp_path):
+    assert "unknown case 'no_such_case'" in render_error(cli, "no_such_case")
+    assert "no such case file" in render_error(cli, tmp_path / "absent.toml")
+
+
+def test_set_errors(cli, write_case):
+    path = write_case(GOOD)
+    assert "--set depth: template 'echo' has no such parameter" in render_error(
+        cli, path, "--set", "depth=2"
+    )
+    assert "--set count: count must be int" in render_error(cli, path, "--set", "count=many")
+    assert "is not KEY=VALUE" in render_error(cli, path, "--set", "count")
+
+
+def test_debug_shows_the_traceback(cli, write_case):
+    result = cli(
+        "--debug", "render", write_case(GOOD + "count = 0\n"), "--templates", TEST_TEMPLATES
+    )
+    assert isinstance(result.exception, ReprokitError)
+
+
+def test_matrix_expands_into_labelled_variants(write_case):
+    path = write_case(GOOD + "[matrix]\ncount = [1, 2]\nmode = ['a', 'b']\n")
+    case = load_case(path, templates=[TEST_TEMPLATES])
+    found = variants(case)
+    assert [v.label for v in found] == ["case[1-a]", "case[1-b]", "case[2-a]", "case[2-b]"]
+    assert found[3].params == {
+        "message": "hello",
+        "count": 2,
+        "scale": 1.0,
+        "flag": False,
+        "shape": [2, 2],
+        "mode": "b",
+    }
+
+
+def test_set_overrides_params_and_pins_a_matrix_axis(write_case):
+    path = write_case(GOOD + "[matrix]\ncount = [1, 2]\nmode = ['a', 'b']\n")
+    sets = parse_sets(["mode=b", "scale=2.5", "shape=[3, 1]", "message=hi there"])
+    found = load_variants([str(path)], sets=sets, templates=[TEST_TEMPLATES])
+    assert [v.label for v in found] == ["case[1]", "case[2]"]
+    assert found[0].params["mode"] == "b"
+    assert found[0].params["scale"] == 2.5
+    assert found[0].params["shape"] == [3, 1]
+    assert found[0].params["message"] == "hi there"  # not TOML: taken as text
+
+
+def test_set_value_with_injected_toml_stays_text():
+    assert parse_sets(["message=1\nother = 2"]) == {"message": "1\nother = 2"}
+
+
+def test_users_case_folder_wins_over_builtin(tmp_path, write_case):
+    write_case(GOOD, name="xser_to_spmd")
+    found = load_variants(["xser_to_spmd"], cases=[tmp_path], templates=[TEST_TEMPLATES])
+    assert found[0].template.name == "echo"
+
+
+def test_builtin_cases_load_and_validate():
+    found = load_variants()
+    assert "xser_to_spmd" in {v.case.name for v in found}

@@ -1,0 +1,103 @@
+"""The CLI as users call it: listing, rendering to a file or stdout, and packaging."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+
+from conftest import TEST_TEMPLATES
+
+
+def test_list_shows_cases_and_templates(cli):
+    result = cli("list")
+    assert result.exit_code == 0
+    assert "xser_to_spmd" in result.stdout
+    assert "Templates" in result.stdout
+
+
+def test_list_json_includes_parameter_declarations(cli, tmp_path):
+    result = cli("list", "--json", "--templates", TEST_TEMPLATES)
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    cases = {case["name"]: case for case in data["cases"]}
+    assert cases["xser_to_spmd"]["expect"] == "match"
+    templates = {t["name"]: t for t in data["templates"]}
+    layers = next(p for p in templates["xser_to_spmd"]["params"] if p["name"] == "layers")
+    assert layers == {
+        "name": "layers",
+        "type": "int",
+        "default": 2,
+        "required": False,
+        "min": 1,
+        "choices": None,
+        "help": "hidden layers of the MLP",
+    }
+    message = next(p for p in templates["echo"]["params"] if p["name"] == "message")
+    assert message["required"] is True
+
+
+def test_list_does_not_import_torch():
+    code = "import sys; from reprokit.cli import app; from typer.testing import CliRunner; "
+    code += "CliRunner().invoke(app, ['list']); print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_render_to_file_and_stdout_agree(cli, tmp_path):
+    target = tmp_path / "r.py"
+    to_file = cli("render", "xser_to_spmd", "--set", "layers=3", "-o", target)
+    assert to_file.exit_code == 0
+    assert "wrote" in to_file.stderr
+    to_stdout = cli("render", "xser_to_spmd", "--set", "layers=3")
+    assert to_stdout.stdout == target.read_text()
+    assert "LAYERS, HIDDEN = 3, 32" in to_stdout.stdout
+
+
+def test_render_of_a_matrix_asks_which_variant(cli, write_case):
+    path = write_case(
+        '[case]\ntitle = "t"\ntemplate = "echo"\n[params]\nmessage = "m"\n'
+        "[matrix]\ncount = [1, 2]\n"
+    )
+    result = cli("render", path, "--templates", TEST_TEMPLATES)
+    assert result.exit_code == 2
+    assert "2 variants: case[1], case[2]" in result.stderr
+    assert "--set (count)" in result.stderr
+    pinned = cli("render", path, "--templates", TEST_TEMPLATES, "--set", "count=2")
+    assert pinned.exit_code == 0
+    assert "COUNT" in pinned.stdout
+
+
+def test_python_dash_m_runs_the_cli():
+    result = subprocess.run(
+        [sys.executable, "-m", "reprokit", "render", "xser_to_spmd"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0
+    assert "def eval_spmd" in result.stdout
+
+
+def test_wheel_carries_builtin_templates_and_cases(tmp_path):
+    """Installed from a wheel (no checkout around), the built-in cases still render."""
+    root = __import__("pathlib").Path(__file__).parents[1]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path, root],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("reprokit-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "reprokit/_builtin/templates/xser_to_spmd.py.j2" in names
+    assert "reprokit/_builtin/cases/xser_to_spmd.toml" in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    result = subprocess.run(
+        [sys.executable, "-m", "reprokit", "render", "xser_to_spmd"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "def train_multicore" in result.stdout

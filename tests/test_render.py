@@ -1,0 +1,130 @@
+"""Rendering: every built-in case gives a short, valid, ruff-clean standalone script; case
+values can never become code; broken templates are clear errors."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TEST_TEMPLATES
+
+from reprokit.cases import load_variants
+from reprokit.render import render
+
+BUILTIN = load_variants()
+ALLOWED_IMPORTS = {"torch", "torch_xla", "numpy", *sys.stdlib_module_names}
+
+
+def imported_modules(script: str) -> set[str]:
+    tree = ast.parse(script)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add((node.module or "").split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("variant", BUILTIN, ids=[v.label for v in BUILTIN])
+def test_builtin_case_renders_standalone_and_ruff_clean(variant, tmp_path):
+    script = render(variant)
+    path = tmp_path / "repro.py"
+    path.write_text(script)
+    assert imported_modules(script) <= ALLOWED_IMPORTS  # no reprokit, nothing exotic
+    ruff = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert ruff.returncode == 0, ruff.stdout
+    stages = subprocess.run(
+        [sys.executable, str(path), "--list-stages"], capture_output=True, text=True, check=True
+    )
+    dag = json.loads(stages.stdout)
+    names = [stage["name"] for stage in dag]
+    for position, stage in enumerate(dag):
+        assert set(stage) == {"name", "backend", "needs", "reference"}
+        assert set(stage["needs"]) <= set(names[:position])  # listed in DAG order
+
+
+def test_seed_script_is_at_most_200_lines():
+    (seed,) = load_variants(["xser_to_spmd"])
+    assert render(seed).count("\n") <= 200
+
+
+def test_seed_script_holds_only_what_the_case_uses():
+    (plain,) = load_variants(["xser_to_spmd"])
+    (richer,) = load_variants(
+        ["xser_to_spmd"],
+        sets={"continue_steps": 2, "with_optimizer_state": True, "matmul_precision": "highest"},
+    )
+    plain_script, richer_script = render(plain), render(richer)
+    for text in ("continue_loss", "set_mat_mul_precision", '"optimizer": optimizer.state_dict()'):
+        assert text not in plain_script
+        assert text in richer_script
+
+
+def echo(write_case, message: str, extra: str = ""):
+    path = write_case(f'[case]\ntitle = "t"\ntemplate = "echo"\n[params]\n{extra}')
+    (variant,) = load_variants([str(path)], sets={"message": message}, templates=[TEST_TEMPLATES])
+    return variant
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        '"); import os; os.system("touch pwned"); ("',
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        'line one\n""" and a docstring end\x00',
+    ],
+)
+def test_case_values_render_as_literals_never_code(write_case, tmp_path, message):
+    script = render(echo(write_case, message))
+    namespace: dict = {}
+    exec(compile(script.split("STAGES = [")[0], "repro.py", "exec"), namespace)
+    assert namespace["MESSAGE"] == message  # the value round-trips, exactly, as data
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_title_in_a_comment_cannot_break_out(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[case]\ntitle = "x\\nimport shutil"\ntemplate = "echo"\n[params]\nmessage = "m"\n'
+    )
+    (variant,) = load_variants([str(path)], templates=[TEST_TEMPLATES])
+    script = render(variant, templates=[TEST_TEMPLATES])
+    assert "\nimport shutil" not in script
+    assert "# import shutil" in script
+
+
+def broken_template(tmp_path: Path, body: str) -> Path:
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    (folder / "broken.py.j2").write_text(body)
+    case = tmp_path / "c.toml"
+    case.write_text('[case]\ntitle = "t"\ntemplate = "broken"\n')
+    return case
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("x = {{ undeclared }}\n", "uses undeclared, which it does not declare"),
+        ("x = {{ ''.__class__.__mro__ }}\n", "cannot render"),
+        ("{% if %}\n", "cannot render"),
+        ("def broken(:\n", "not valid Python"),
+        ('{#- reprokit\n[params]\nn = {type = "int"}\n-#}\n', "badly declared"),
+    ],
+)
+def test_broken_template_is_a_clear_error(cli, tmp_path, body, words):
+    case = broken_template(tmp_path, body)
+    result = cli("render", case, "--templates", tmp_path / "templates")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "broken.py.j2" in result.stderr
+    assert words in result.stderr
