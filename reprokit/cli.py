@@ -142,5 +142,24 @@ def render_(
     err.print(f"wrote {output} ({script.count(chr(10))} lines)", highlight=False)
 
 
+@app.command("env")
+@reports_errors
+def env_(
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """The environment a maintainer asks for, secrets redacted."""
+    from reprokit import env  # imports torch: only for this command
+
+    captured = env.capture()
+    if as_json:
+        out.print_json(json.dumps(captured))
+        return
+    table = Table("", "", title="Environment", show_header=False)
+    for key, value in env.summary_rows(captured):
+        table.add_row(key, value)
+    out.print(table)
+
+
 def main() -> None:
     app()
+

@@ -1,0 +1,121 @@
+"""The environment a maintainer asks for first, secrets redacted.
+
+torch.utils.collect_env gives the PyTorch side (it is what the PyTorch issue template asks
+for); this adds what torch_xla users are asked next: torch_xla/libtpu/jax versions and whether
+torch and torch_xla match, the XLA/PJRT/TPU variables, the XLA device kind and count, and the
+default matmul precision. The XLA runtime is read in a child process, so that the caller
+never initialises one (an initialised runtime would break a later xmp.spawn).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from importlib import metadata
+from typing import Any
+
+from reprokit.redact import redact_env
+
+PACKAGES = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib", "numpy")
+XLA_VARIABLES = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|CPU_NUM_DEVICES$|XRT_|LIBTPU_)")
+_PROBE = """
+import json, torch_xla, torch_xla.runtime as xr, torch_xla.backends as xb
+print(json.dumps({"device_kind": xr.device_type(), "device_count": xr.global_runtime_device_count(),
+                  "matmul_precision": xb.get_mat_mul_precision()}))
+"""
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions, read from package metadata (nothing is imported)."""
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def torch_xla_matches(found: dict[str, str | None]) -> bool | None:
+    """torch_xla is built against one torch release: major.minor must agree."""
+    torch, xla = found.get("torch"), found.get("torch_xla")
+    if not torch or not xla:
+        return None
+    return torch.split("+")[0].split(".")[:2] == xla.split("+")[0].split(".")[:2]
+
+
+def xla_runtime(timeout: float = 120) -> dict[str, Any]:
+    """Device kind, count and matmul precision, from a child process."""
+    environ = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"the XLA probe did not answer within {timeout:g} s"}
+    if child.returncode != 0:
+        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"torch_xla did not start: {last}"}
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def pytorch_env() -> dict[str, Any]:
+    """torch.utils.collect_env's fields, or why they are missing."""
+    try:
+        from torch.utils import collect_env
+    except ImportError:
+        return {"error": "torch is not installed"}
+    info = collect_env.get_env_info()._asdict()
+    return {key: value for key, value in info.items() if value not in (None, "", "N/A")}
+
+
+def capture(*, probe_xla: bool = True) -> dict[str, Any]:
+    """Everything above, as plain JSON-able data, with secrets redacted."""
+    found = versions()
+    variables = {k: v for k, v in sorted(os.environ.items()) if XLA_VARIABLES.match(k)}
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "versions": found,
+        "torch_xla_matches_torch": torch_xla_matches(found),
+        "variables": redact_env(variables),
+        "xla": xla_runtime() if probe_xla and found["torch_xla"] else None,
+        "pytorch": redact_env({k: str(v) for k, v in pytorch_env().items()}),
+    }
+
+
+def summary_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    """The few lines a maintainer reads first, for report tables."""
+    found = env.get("versions", {})
+    rows = [("Python", env.get("python", "?")), ("Platform", env.get("platform", "?"))]
+    rows += [(name, str(found.get(name))) for name in PACKAGES if found.get(name)]
+    match = env.get("torch_xla_matches_torch")
+    if match is not None:
+        rows.append(("torch / torch_xla match", "yes" if match else "NO"))
+    xla = env.get("xla") or {}
+    if "device_kind" in xla:
+        rows.append(("XLA devices", f"{xla['device_count']} x {xla['device_kind']}"))
+        rows.append(("matmul precision", str(xla.get("matmul_precision"))))
+    elif "error" in xla:
+        rows.append(("XLA devices", xla["error"]))
+    rows += [(k, v) for k, v in env.get("variables", {}).items()]
+    pytorch = env.get("pytorch", {})
+    for key in ("os", "cpu_info", "nvidia_gpu_models", "is_cuda_available"):
+        if key in pytorch:
+            value = pytorch[key].splitlines()
+            rows.append((key, value[0] if key != "cpu_info" else _cpu_model(value)))
+    return rows
+
+
+def _cpu_model(lines: list[str]) -> str:
+    return next((ln.split(":", 1)[1].strip() for ln in lines if "Model name" in ln), "?")

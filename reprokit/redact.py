@@ -1,0 +1,81 @@
+"""Secrets never leave the machine: redact them in environments, logs, reports and bundles.
+
+Two nets, because either alone misses things: values of variables whose *names* say secret
+(and those values wherever they appear later, e.g. printed by a stage), and well-known secret
+*shapes* in any text. A match is replaced by a marker; the line around it is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+MARKER = "[REDACTED]"
+
+SECRET_NAME = re.compile(
+    r"(?i)(token|secret|passw(or)?d|passwd|credential|api[_-]?key|access[_-]?key|"
+    r"private[_-]?key|auth|session|cookie|signature|(^|[_-])key($|[_-]))"
+)
+_SHAPES = [
+    re.compile(p, flags)
+    for p, flags in [
+        (r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
+        (r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b", 0),  # AWS access key ids
+        (r"\bgh[pousr]_[A-Za-z0-9]{20,}\b", 0),  # GitHub tokens
+        (r"\bgithub_pat_[A-Za-z0-9_]{20,}\b", 0),
+        (r"\bglpat-[A-Za-z0-9_-]{20,}\b", 0),  # GitLab
+        (r"\bhf_[A-Za-z0-9]{20,}\b", 0),  # Hugging Face
+        (r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b", 0),  # Slack
+        (r"\bAIza[0-9A-Za-z_-]{35}\b", 0),  # Google API keys
+        (r"\bya29\.[0-9A-Za-z_-]{20,}\b", 0),  # Google OAuth access tokens
+        (r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}\b", 0),  # OpenAI / Anthropic style keys
+        (r"\bnpm_[A-Za-z0-9]{30,}\b", 0),
+        (r"\bpypi-[A-Za-z0-9_-]{30,}\b", 0),
+        (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b", 0),  # JWTs
+    ]
+]
+# Keep the name, hide the value: `Authorization: Bearer x`, `password=x`, `"api_key": "x"`.
+_BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*")
+_ASSIGNMENT = re.compile(
+    r"(?i)\b([\w.-]*(?:token|secret|passw(?:or)?d|passwd|credential|api[_-]?key|access[_-]?key|"
+    r"private[_-]?key|auth)[\w.-]*)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;]{4,})"
+)
+_URL_PASSWORD = re.compile(r"(?<=://)([^/\s:@]+):([^/\s@]+)@")
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of secret-named variables, longest first, so that they are found anywhere."""
+    environ = os.environ if environ is None else environ
+    values = {v for k, v in environ.items() if is_secret_name(k) and len(v) >= 4}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``environ`` with secret-named variables' values and secret shapes hidden."""
+    known = secret_values(environ)
+    return {k: MARKER if is_secret_name(k) else redact_text(v, known) for k, v in environ.items()}
+
+
+def redact_text(text: str, known: Iterable[str] | None = None) -> str:
+    """``text`` with every known secret value and every secret shape replaced by the marker."""
+    for value in secret_values() if known is None else known:
+        text = text.replace(value, MARKER)
+    for shape in _SHAPES:
+        text = shape.sub(MARKER, text)
+    text = _BEARER.sub(lambda m: f"{m[1]}{m[2]}{MARKER}", text)
+    text = _ASSIGNMENT.sub(lambda m: f"{m[1]}{m[2]}{MARKER}", text)
+    return _URL_PASSWORD.sub(lambda m: f"{m[1]}:{MARKER}@", text)
+
+
+def redact_file(path: Path, known: Iterable[str] | None = None) -> None:
+    """Rewrite a text file (a log, a script) redacted, in place; binary bytes pass through."""
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    clean = redact_text(text, known)
+    if clean != text:
+        path.write_bytes(clean.encode("utf-8", errors="surrogateescape"))
