@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,9 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from reprokit import backends, progress
 from reprokit.cases import find_cases, load_case, load_variants, parse_sets, variants
 from reprokit.errors import ReprokitError
+from reprokit.keywords import select
 from reprokit.render import list_templates, render
+from reprokit.report import verdict, write_reports
+from reprokit.run import TIMEOUT, Interrupted, Options, default_run_dir, jobs, run
 
 app = typer.Typer(
     add_completion=False,
@@ -160,6 +166,65 @@ def env_(
     out.print(table)
 
 
+@app.command("run")
+@reports_errors
+def run_(
+    case: Annotated[list[str] | None, typer.Argument(help="case names or .toml paths")] = None,
+    n: Annotated[str, typer.Option("-n", help="stages at once: N or auto (one per CPU)")] = "1",
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="the run folder [default: runs/<time>]")
+    ] = None,
+    keyword: Annotated[
+        str | None, typer.Option("-k", help="variants whose label matches, e.g. 'spmd and not x'")
+    ] = None,
+    set_: SetOpt = [],  # noqa: B006
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds per stage")] = TIMEOUT,
+    xla_device: Annotated[
+        str | None, typer.Option("--xla-device", help="CPU, TPU or CUDA [default: TPU if any]")
+    ] = None,
+    cases: CasesOpt = [],  # noqa: B006
+    templates: TemplatesOpt = [],  # noqa: B006
+) -> None:
+    """Render and run cases (all of them by default), in parallel; write RUN_DIR/summary.json.
+
+    Exit 0: every variant ended as its case expects; 1: some did not; 130: interrupted.
+    """
+    found = load_variants(case or [], sets=parse_sets(set_), cases=cases, templates=templates)
+    chosen = select(found, keyword, lambda v: v.label)
+    if not chosen:
+        hint = "`reprokit list` shows every case and its variants."
+        raise ReprokitError(f"no variant matches -k {keyword!r}", hint=hint)
+    options = Options(
+        jobs=jobs(n),
+        timeout=timeout,
+        xla_device=backends.xla_device(xla_device),
+        templates=tuple(templates),
+    )
+    run_dir = output or default_run_dir()
+    start = time.monotonic()
+    try:
+        with progress.reporter(out, len(chosen)) as shown:
+            summary = run(chosen, run_dir=run_dir, options=options, reporter=shown, argv=sys.argv)
+    except Interrupted as stopped:
+        out.print(progress.closing_line(stopped.summary, run_dir, time.monotonic() - start))
+        raise typer.Exit(130) from None
+    out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
+    raise typer.Exit(1 if summary.count(False) else 0)
+
+
+@app.command("report")
+@reports_errors
+def report_(
+    run_dir: Annotated[Path, typer.Argument(help="the folder `reprokit run` wrote")],
+    format_: Annotated[str, typer.Option("--format", help="md, html, json or all")] = "all",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write here")] = None,
+) -> None:
+    """report.md (issue-ready), report.html (with plots), bundle.zip (to attach)."""
+    summary, written = write_reports(run_dir, formats=format_, out_dir=output)
+    out.print(verdict(summary), highlight=False)
+    for path in written:
+        out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False)
+
+
 def main() -> None:
     app()
-

@@ -1,0 +1,92 @@
+"""Backends (DESIGN.md "Backends"): each stage's environment, device, and availability here.
+
+The harness sets a stage's environment itself, because a hand-written template may not; our
+own scripts set it too, so that they also run without reprokit. Nothing here imports torch:
+whether CUDA works is asked of a child process, once, and only when a stage needs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+
+BACKENDS = ("cpu", "xla", "xla_spmd", "xla_multicore", "cuda")
+XLA_DEVICES = ("CPU", "TPU", "CUDA")
+SPMD_DEVICES = 4  # virtual CPU devices for xla_spmd when the variant does not say
+
+
+def default_xla_device() -> str:
+    """TPU where libtpu is installed and a TPU is attached, else CPU (as the scripts decide)."""
+    has_tpu_device = bool(glob.glob("/dev/accel*")) or os.path.exists("/dev/vfio")
+    return "TPU" if has_tpu_device and importlib.util.find_spec("libtpu") else "CPU"
+
+
+def stage_env(
+    backend: str,
+    xla_device: str,
+    *,
+    spmd_devices: int = SPMD_DEVICES,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of one stage's process: ours, plus what its backend needs."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONUNBUFFERED"] = "1"  # what a killed stage printed last is in its log
+    if backend.startswith("xla"):
+        env["PJRT_DEVICE"] = xla_device
+    if xla_device == "CPU" and backend == "xla_spmd":
+        env["CPU_NUM_DEVICES"] = str(spmd_devices)
+    elif xla_device == "CPU" and backend == "xla_multicore":
+        env["CPU_NUM_DEVICES"] = "1"  # xmp.spawn aborts with more than one CPU device
+    return env
+
+
+def exclusive_device(backend: str, xla_device: str) -> str | None:
+    """The accelerator a stage holds alone (one stage at a time on it), or None for CPU."""
+    if backend == "cuda":
+        return "CUDA"
+    if backend.startswith("xla") and xla_device != "CPU":
+        return xla_device
+    return None
+
+
+def unavailable(backend: str) -> str | None:
+    """Why ``backend`` cannot run here, or None when it can."""
+    if backend == "cuda":
+        return _cuda_missing()
+    return None
+
+
+@functools.cache
+def _cuda_missing() -> str | None:
+    if not glob.glob("/dev/nvidia[0-9]*"):
+        return "no NVIDIA GPU here (no /dev/nvidia* device)"
+    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return "torch.cuda.is_available() did not answer within 120 s"
+    return None if done.returncode == 0 else "torch.cuda.is_available() is False here"
+
+
+def xla_device(value: str | None) -> str:
+    """``--xla-device``: CPU, TPU or CUDA (any case); the default device when not given."""
+    if value is None:
+        return default_xla_device()
+    if value.upper() not in XLA_DEVICES:
+        from reprokit.errors import ReprokitError
+
+        raise ReprokitError(
+            f"--xla-device {value!r} is not a device kind", hint=f"Use {', '.join(XLA_DEVICES)}."
+        )
+    return value.upper()

@@ -1,0 +1,210 @@
+"""One child process, handled the way nox's ``_parallel.py`` handles them.
+
+No stdin; stdout and stderr go to log files that are capped in size (the head and the tail
+are kept, the middle is cut with a note); the child leads its own process group, so that a
+timeout or an interrupt stops it *and* everything it started (``xmp.spawn`` workers, a
+grandchild that ignores SIGTERM): SIGTERM to the group, a grace period, then SIGKILL to the
+group. The group is killed even when the child exits by itself, so that no process of a stage
+outlives it. Then the ending is classified: ok, error, crash (with the signal's name), timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+LOG_CAP = 512 * 1024  # bytes kept of each log: the first half and the last half
+GRACE = 3.0  # seconds between SIGTERM and SIGKILL
+_POLL = 0.05  # seconds between looks at the child, the clock and the stop flag
+_DRAIN = 1.0  # seconds to read what is left in the pipes once the group is gone
+
+
+class Status(enum.StrEnum):
+    """How one stage (one child process) ended."""
+
+    OK = "ok"
+    ERROR = "error"  # exited non-zero
+    CRASH = "crash"  # died by a signal (os.abort gives SIGABRT)
+    TIMEOUT = "timeout"  # outlived its timeout; its group was killed
+    SKIPPED = "skipped"  # never started: a stage it needs failed, or no backend here
+    INTERRUPTED = "interrupted"  # stopped because the run was interrupted
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What became of one child process."""
+
+    status: Status
+    returncode: int | None
+    signal: str | None
+    seconds: float
+    cut: tuple[str, ...] = ()  # the logs whose middle was cut
+
+
+class _CappedLog:
+    """Writes the first ``cap/2`` bytes to the file, keeps the last ``cap/2`` in memory.
+
+    Why not let the child write to the file itself: a stage printing gigabytes would fill the
+    disk before we could cut it; here the file never grows past the cap.
+    """
+
+    def __init__(self, path: Path, cap: int) -> None:
+        self.file: IO[bytes] = path.open("wb")
+        self.head = cap - cap // 2
+        self.tail_cap = cap // 2
+        self.written = 0
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def write(self, data: bytes) -> None:
+        if self.written < self.head:
+            part = data[: self.head - self.written]
+            self.file.write(part)
+            self.written += len(part)
+            data = data[len(part) :]
+        if data:
+            self.tail += data
+            extra = len(self.tail) - self.tail_cap
+            if extra > 0:
+                del self.tail[:extra]
+                self.dropped += extra
+
+    def close(self) -> bool:
+        """Write the tail after a note on what was cut; True when something was."""
+        if self.dropped:
+            note = f"\n[... reprokit: {self.dropped} bytes cut from the middle of this log ...]\n"
+            self.file.write(note.encode())
+        self.file.write(self.tail)
+        self.file.close()
+        return bool(self.dropped)
+
+
+def run_process(
+    cmd: list[str],
+    *,
+    stdout: Path,
+    stderr: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+    stop: threading.Event | None = None,
+    log_cap: int = LOG_CAP,
+    grace: float = GRACE,
+) -> Ended:
+    """Run ``cmd`` to its end, a timeout or ``stop``, and classify how it ended."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,  # its own process group: we can kill all it starts
+    )
+    logs = {stdout.name: _CappedLog(stdout, log_cap), stderr.name: _CappedLog(stderr, log_cap)}
+    pipes = _Pipes({proc.stdout: logs[stdout.name], proc.stderr: logs[stderr.name]})
+    why: Status | None = None
+    try:
+        why = _wait(proc, pipes, start, timeout, stop)
+        if why is not None:  # ask politely, then insist
+            _signal_group(proc.pid, signal.SIGTERM)
+            _wait(proc, pipes, time.monotonic(), grace, None)
+    finally:
+        # The leader is not reaped yet, so its group id cannot have been reused.
+        _signal_group(proc.pid, signal.SIGKILL)
+        returncode = proc.wait()
+        pipes.drain(_DRAIN)
+        cut = tuple(name for name, log in logs.items() if log.close())
+    seconds = round(time.monotonic() - start, 3)
+    return Ended(*_classify(returncode, why), seconds, cut)
+
+
+def _wait(
+    proc: subprocess.Popen[bytes],
+    pipes: _Pipes,
+    start: float,
+    timeout: float | None,
+    stop: threading.Event | None,
+) -> Status | None:
+    """Read the pipes until the child has exited (None), timed out, or was told to stop."""
+    while not _exited(proc.pid):
+        if stop is not None and stop.is_set():
+            return Status.INTERRUPTED
+        if timeout is not None and time.monotonic() - start > timeout:
+            return Status.TIMEOUT
+        pipes.read(_POLL)
+    return None
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited, without reaping it (its pid stays ours until we do)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _classify(returncode: int, why: Status | None) -> tuple[Status, int, str | None]:
+    name = _signal_name(-returncode) if returncode < 0 else None
+    if why is not None:
+        return why, returncode, name
+    if returncode == 0:
+        return Status.OK, 0, None
+    return (Status.CRASH if name else Status.ERROR), returncode, name
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class _Pipes:
+    """The child's stdout and stderr, read without blocking into their capped logs."""
+
+    def __init__(self, targets: dict[IO[bytes] | None, _CappedLog]) -> None:
+        self.selector = selectors.DefaultSelector()
+        for pipe, log in targets.items():
+            assert pipe is not None
+            self.selector.register(pipe, selectors.EVENT_READ, log)
+
+    def read(self, wait: float) -> bool:
+        """Copy what is ready; False once every pipe is closed."""
+        if not self.selector.get_map():
+            time.sleep(wait)
+            return False
+        for key, _ in self.selector.select(wait):
+            data = os.read(key.fd, 1 << 16)
+            if data:
+                key.data.write(data)
+            else:
+                self.selector.unregister(key.fileobj)
+                key.fileobj.close()  # type: ignore[union-attr]
+        return bool(self.selector.get_map())
+
+    def drain(self, limit: float) -> None:
+        """Read to the end; a process that left the group may hold a pipe open: give up then."""
+        deadline = time.monotonic() + limit
+        while self.read(_POLL) and time.monotonic() < deadline:
+            pass
+        for key in list(self.selector.get_map().values()):
+            self.selector.unregister(key.fileobj)
+            key.fileobj.close()  # type: ignore[union-attr]
+        self.selector.close()
