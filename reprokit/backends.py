@@ -64,7 +64,7 @@ def unavailable(backend: str) -> str | None:
 @functools.cache
 def _cuda_missing() -> str | None:
     if not glob.glob("/dev/nvidia[0-9]*"):
-        return "no NVIDIA GPU here (no /dev/nvidia* device)"
+        return "no NVIDIA GPU here: no /dev/nvidia* device"
     probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
     try:
         done = subprocess.run(

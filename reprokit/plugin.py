@@ -1,0 +1,195 @@
+"""The pytest plugin: ``pytest cases/`` runs every variant of every case file as a test item.
+
+Registered by entry point (``pytest11``), so that any project with reprokit installed can keep
+its reported bugs as regression checks. Each item goes through the same ``reprokit.run.run``
+as ``reprokit run``, so outcomes agree; an item fails when its outcome is not the case's
+expectation, with a few lines in pytest.approx's manner; it is skipped when its backend is
+missing here. Items on an exclusive accelerator share an ``xdist_group`` (use
+``--dist loadgroup``), so that pytest-xdist never puts two of them on the device at once.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from reprokit.errors import ReprokitError
+
+if TYPE_CHECKING:
+    from reprokit.cases import Variant
+    from reprokit.records import VariantResult
+
+_CASE_TABLE = re.compile(r"^\s*\[\s*case\s*\]", re.MULTILINE)
+WORST = 3  # differing tensors shown in a failure
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("reprokit", "reprokit case files (cases/*.toml)")
+    group.addoption(
+        "--reprokit-templates",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of your own templates (wins over the built-in ones)",
+    )
+    group.addoption(
+        "--reprokit-timeout", type=float, default=None, metavar="S", help="seconds per stage"
+    )
+    group.addoption("--reprokit-xla-device", default=None, metavar="D", help="CPU, TPU or CUDA")
+    group.addoption(
+        "--reprokit-run-dir",
+        default=None,
+        metavar="DIR",
+        help="keep each item's run folder under DIR (default: pytest's temporary folder)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "xdist_group(name): run in one pytest-xdist worker")
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """A ``.toml`` file with a ``[case]`` table is a case (pyproject.toml is not)."""
+    if file_path.suffix != ".toml":
+        return None
+    try:
+        text = file_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not _CASE_TABLE.search(text):
+        return None
+    return CaseFile.from_parent(parent, path=file_path)
+
+
+class CaseFile(pytest.File):
+    """One case file: one item per variant."""
+
+    def collect(self):
+        from reprokit.cases import load_case, variants
+
+        case = load_case(self.path, templates=_templates(self.config))
+        group = _exclusive_group(self.config)
+        for variant in variants(case):
+            item = CaseItem.from_parent(self, name=variant.label, variant=variant)
+            if group:
+                item.add_marker(pytest.mark.xdist_group(group))
+            yield item
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> Any:
+        if isinstance(excinfo.value, ReprokitError):
+            return str(excinfo.value)  # the case file's problem, not a traceback
+        return super().repr_failure(excinfo)
+
+
+class VariantFailed(Exception):
+    """The variant's outcome was not the one its case expects."""
+
+    def __init__(self, result: VariantResult, folder: Path) -> None:
+        super().__init__(f"{result.label}: {result.outcome.value}, expected {result.expected}")
+        self.result, self.folder = result, folder
+
+
+class CaseItem(pytest.Item):
+    """One variant, run through reprokit's runner into its own run folder."""
+
+    def __init__(self, *, variant: Variant, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.variant = variant
+
+    def runtest(self) -> None:
+        from reprokit import backends
+        from reprokit.cases import Outcome
+        from reprokit.run import TIMEOUT, Interrupted, Options, run
+
+        config = self.config
+        options = Options(
+            jobs=1 if hasattr(config, "workerinput") else 2,  # under xdist, one core per item
+            timeout=config.getoption("reprokit_timeout") or TIMEOUT,
+            xla_device=backends.xla_device(config.getoption("reprokit_xla_device")),
+            templates=_templates(config),
+        )
+        run_dir = _run_dir(config, self.variant.label)
+        try:
+            summary = run([self.variant], run_dir=run_dir, options=options, argv=["pytest"])
+        except Interrupted:
+            raise KeyboardInterrupt from None
+        (result,) = summary.variants
+        self.user_properties.append(("outcome", result.outcome.value))
+        self.user_properties.append(("run_dir", str(run_dir)))
+        if result.outcome is Outcome.SKIPPED:
+            pytest.skip(result.reason or "a backend is not available here")
+        if not result.passed:
+            raise VariantFailed(result, run_dir / result.label)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> Any:
+        if isinstance(excinfo.value, VariantFailed):
+            return failure_message(excinfo.value.result, excinfo.value.folder)
+        if isinstance(excinfo.value, ReprokitError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"reprokit case {self.variant.label}"
+
+
+def failure_message(result: VariantResult, folder: Path) -> str:
+    """Outcome vs expectation, then the worst tensors or the failing stage's last words."""
+    lines = [f"outcome {result.outcome.value}, expected {result.expected.value}"]
+    if result.reason:
+        lines[0] += f": {result.reason}"
+    bad = [c for c in result.comparisons if not c.allclose]
+    bad.sort(key=lambda c: (c.mismatched / max(c.total, 1), float(c.max_abs)), reverse=True)
+    for comparison in bad[:WORST]:
+        head = f"{comparison.target} vs {comparison.reference}: "
+        lines += ["  " + line for line in (head + comparison.describe()).splitlines()]
+    if len(bad) > WORST:
+        lines.append(f"  ... and {len(bad) - WORST} more tensors outside tolerance")
+    failing = ("error", "crash", "timeout")
+    failed = next((s for s in result.stages if s.status.value in failing), None)
+    if failed is not None:
+        log = "list-stages." if failed.name == "--list-stages" else f"stages/{failed.name}/"
+        tail = _tail(folder / f"{log}stderr.log", 6)
+        lines += [f"  {failed.name} stderr (last lines):", *(f"    {t}" for t in tail)]
+    lines.append(f"  run folder: {folder}")
+    return "\n".join(lines)
+
+
+def _tail(path: Path, count: int) -> list[str]:
+    try:
+        with path.open("rb") as file:
+            file.seek(max(0, path.stat().st_size - 8192))
+            return file.read().decode("utf-8", "replace").splitlines()[-count:]
+    except OSError:
+        return ["(no log)"]
+
+
+def _templates(config: pytest.Config) -> tuple[Path, ...]:
+    return tuple(Path(d) for d in config.getoption("reprokit_templates"))
+
+
+def _run_dir(config: pytest.Config, label: str) -> Path:
+    """Each item its own run folder, so that items never share a lock or a summary."""
+    name = re.sub(r"[^\w.-]", "_", label)
+    base = config.getoption("reprokit_run_dir")
+    if base:
+        return Path(base) / name
+    factory = getattr(config, "_tmp_path_factory", None)  # pytest's own tmp_path machinery
+    if factory is None:
+        import tempfile
+
+        return Path(tempfile.mkdtemp(prefix="reprokit-")) / name
+    return factory.mktemp(name, numbered=True)
+
+
+def _exclusive_group(config: pytest.Config) -> str | None:
+    """The xdist group of every item when XLA runs on an accelerator, or a GPU is here."""
+    from reprokit import backends
+
+    device = backends.xla_device(config.getoption("reprokit_xla_device"))
+    if device != "CPU":
+        return f"reprokit-{device}"
+    return "reprokit-CUDA" if glob.glob("/dev/nvidia[0-9]*") else None
