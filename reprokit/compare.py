@@ -99,7 +99,7 @@ def compare_tensor(
         return Comparison(
             **common,
             shape=list(actual.shape),
-            dtype=str(actual.dtype),
+            dtype=str(actual.dtype).removeprefix("torch."),
             max_abs=math.inf,
             max_rel=math.inf,
             mismatched=actual.numel(),
@@ -108,43 +108,95 @@ def compare_tensor(
             note=note,
         )
     rtol, atol = _tolerances(actual, expected, rtol, atol)
-    a, e = _as_float64(actual).flatten(), _as_float64(expected).flatten()
-    both_nan = a.isnan() & e.isnan()
-    diff = torch.where(both_nan, 0.0, (a - e).abs()).nan_to_num(math.inf)
-    rel = torch.where(diff == 0, 0.0, diff / e.abs())
-    close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-    mismatched = int((~close).sum())
-    worst = []
-    if mismatched:
-        order = torch.argsort(torch.where(close, -1.0, diff), descending=True)
-        for flat in order[: min(WORST, mismatched)].tolist():
-            index = torch.unravel_index(torch.tensor(flat), actual.shape) if actual.dim() else ()
-            worst.append(
-                {
-                    "index": [int(i) for i in index],
-                    "target": a[flat].item(),
-                    "reference": e[flat].item(),
-                }
-            )
     same_dtype = actual.dtype == expected.dtype
+    tally = _tally(actual, expected, rtol, atol)
     dtype_note = "" if same_dtype else f"dtype {actual.dtype} vs {expected.dtype}"
     return Comparison(
         **common,
         shape=list(actual.shape),
         dtype=str(actual.dtype).removeprefix("torch."),
-        max_abs=diff.max().item() if diff.numel() else 0.0,
-        max_rel=rel.max().item() if rel.numel() else 0.0,
-        mismatched=mismatched,
+        max_abs=tally.max_abs,
+        max_rel=tally.max_rel,
+        mismatched=tally.mismatched,
         total=actual.numel(),
-        allclose=mismatched == 0 and not dtype_note,
+        allclose=tally.mismatched == 0 and not dtype_note,
         rtol=rtol,
         atol=atol,
-        equal=same_dtype and bool((diff == 0).all()),
-        nan=(int(e.isnan().sum()), int(a.isnan().sum())),
-        inf=(int(e.isinf().sum()), int(a.isinf().sum())),
-        worst=worst,
+        equal=same_dtype and tally.all_zero,
+        nan=(tally.nan[0], tally.nan[1]),
+        inf=(tally.inf[0], tally.inf[1]),
+        worst=[_worst_entry(w, actual.shape) for w in tally.top()],
         note=dtype_note,
     )
+
+
+CHUNK = 1 << 20  # elements compared at once: the float64 temporaries stay near 50 MiB
+
+
+@dataclass
+class _Tally:
+    """What the chunks of one tensor pair add up to."""
+
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    mismatched: int = 0
+    all_zero: bool = True  # every difference is zero (bitwise equal, NaNs aside)
+    nan: list[int] = field(default_factory=lambda: [0, 0])  # reference, target
+    inf: list[int] = field(default_factory=lambda: [0, 0])
+    worst: list[tuple[float, int, float, float]] = field(default_factory=list)
+
+    def top(self) -> list[tuple[float, int, float, float]]:
+        """The largest mismatches over all chunks (each chunk kept its own few)."""
+        return sorted(self.worst, key=lambda w: (-w[0], w[1]))[: min(WORST, self.mismatched)]
+
+
+def _tally(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> _Tally:
+    """Differences in float64, a chunk at a time, so that peak memory does not grow with the
+    tensor; equal tensors of one dtype take a shortcut with the same result."""
+    tally = _Tally()
+    if actual.dtype == expected.dtype and torch.equal(actual, expected):  # so no NaN either
+        if actual.is_floating_point() or actual.is_complex():
+            count = int(actual.isinf().sum())
+            tally.inf = [count, count]
+        return tally
+    a_flat, e_flat = actual.reshape(-1), expected.reshape(-1)
+    for start in range(0, a_flat.numel(), CHUNK):
+        a = _as_float64(a_flat[start : start + CHUNK])
+        e = _as_float64(e_flat[start : start + CHUNK])
+        _tally_chunk(tally, a, e, start, rtol, atol)
+    return tally
+
+
+def _tally_chunk(
+    tally: _Tally, a: torch.Tensor, e: torch.Tensor, start: int, rtol: float, atol: float
+) -> None:
+    both_nan = a.isnan() & e.isnan()
+    diff = torch.where(both_nan, 0.0, (a - e).abs()).nan_to_num(math.inf)
+    rel = torch.where(diff == 0, 0.0, diff / e.abs())
+    close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    mismatched = int((~close).sum())
+    tally.max_abs = _nan_max(tally.max_abs, diff.max().item())
+    tally.max_rel = _nan_max(tally.max_rel, rel.max().item())
+    tally.mismatched += mismatched
+    tally.all_zero = tally.all_zero and bool((diff == 0).all())
+    tally.nan = [tally.nan[0] + int(e.isnan().sum()), tally.nan[1] + int(a.isnan().sum())]
+    tally.inf = [tally.inf[0] + int(e.isinf().sum()), tally.inf[1] + int(a.isinf().sum())]
+    if mismatched:
+        key = torch.where(close, -1.0, diff)
+        values, indices = torch.topk(key, min(WORST, mismatched))
+        for value, i in zip(values.tolist(), indices.tolist(), strict=True):
+            tally.worst.append((value, start + i, a[i].item(), e[i].item()))
+
+
+def _nan_max(x: float, y: float) -> float:
+    """max() that keeps a NaN, as torch's max does."""
+    return math.nan if math.isnan(x) or math.isnan(y) else max(x, y)
+
+
+def _worst_entry(worst: tuple[float, int, float, float], shape: torch.Size) -> dict[str, Any]:
+    _, flat, target, reference = worst
+    index = torch.unravel_index(torch.tensor(flat), shape) if len(shape) else ()
+    return {"index": [int(i) for i in index], "target": target, "reference": reference}
 
 
 def _as_float64(t: torch.Tensor) -> torch.Tensor:
@@ -225,9 +277,14 @@ def load_tensors(path: Path | str) -> dict[str, torch.Tensor]:
     return flatten(data, source=path)
 
 
-def flatten(data: Any, prefix: str = "", *, source: Path | str = "") -> dict[str, torch.Tensor]:
-    """Nested dicts and lists of tensors as one dict with dotted names (``model.fc.weight``)."""
-    if isinstance(data, torch.Tensor):
+def flatten(
+    data: Any, prefix: str = "", *, source: Path | str = "", leaf: type | None = None
+) -> dict[str, torch.Tensor]:
+    """Nested dicts and lists of tensors as one dict with dotted names (``model.fc.weight``).
+
+    ``leaf`` names one more type kept as a value (a checkpoint's reference to a tensor file).
+    """
+    if isinstance(data, torch.Tensor) or (leaf is not None and isinstance(data, leaf)):
         return {prefix or "tensor": data}
     items = (
         data.items()
@@ -240,5 +297,6 @@ def flatten(data: Any, prefix: str = "", *, source: Path | str = "") -> dict[str
         return {}  # numbers, strings and None carry no tensor to compare
     flat: dict[str, torch.Tensor] = {}
     for key, value in items:
-        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key), source=source))
+        name = f"{prefix}.{key}" if prefix else str(key)
+        flat.update(flatten(value, name, source=source, leaf=leaf))
     return flat

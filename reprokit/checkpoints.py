@@ -1,0 +1,293 @@
+"""Read checkpoints of every format ``reprokit diff`` takes, lazily and without running code.
+
+A :class:`Checkpoint` is a read-only mapping from dotted tensor names to tensors that reads a
+tensor from disk only when it is asked for, so that comparing two large checkpoints one tensor
+at a time keeps memory near the size of the largest tensor, not of the checkpoint.
+
+Formats, told apart by what is on disk:
+
+- ``torch.save`` file (zip format): the pickle is read with ``weights_only`` under
+  ``FakeTensorMode``, which gives shapes, strides and the byte offset of every storage in the
+  file without reading the data; each tensor's bytes are read on demand.
+- xser checkpoint (``PATH`` plus the ``PATH.tensors/`` folder that torch_xla's
+  ``xser.save`` writes): ``xser.load`` unpickles with ``weights_only=False`` and would run any
+  code a stranger's file holds, so the main file is read with ``weights_only`` allowing only a
+  stand-in for ``TensorReference``, and each ``tensor_N.pt`` with ``weights_only``.
+- distributed checkpoint folder (``.metadata`` plus ``*.distcp``, as CheckpointManager or
+  ``torch.distributed.checkpoint.save`` write it), or a CheckpointManager folder (its latest
+  step): torch's own reader unpickles ``.metadata`` with plain ``pickle``, so a restricted
+  unpickler reads it here, and each chunk is read with ``weights_only`` and put in place. No
+  process group is needed.
+- safetensors file (``*.safetensors``): read with ``safe_open``, one tensor per opening.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reprokit.compare import flatten
+from reprokit.errors import ReprokitError
+
+Loader = Callable[[], torch.Tensor]
+_CODE_HINT = "Checkpoints are data: only tensors and plain containers are loaded (weights_only)."
+
+
+class Checkpoint(Mapping[str, torch.Tensor]):
+    """Named tensors of one checkpoint, in the order it holds them, each read when asked for."""
+
+    def __init__(self, path: Path, kind: str, loaders: dict[str, Loader]) -> None:
+        self.path, self.kind, self._loaders = path, kind, loaders
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        with _reading(self.path):
+            return self._loaders[name]()
+
+    def __contains__(self, name: object) -> bool:  # without reading the tensor
+        return name in self._loaders
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({str(self.path)!r}, {self.kind}, {len(self)} tensors)"
+
+
+def open_checkpoint(path: Path | str) -> Checkpoint:
+    """The checkpoint at ``path``, its format told from what is on disk."""
+    path = Path(path)
+    if not path.exists():
+        raise ReprokitError("no such file or folder", path)
+    if path.is_dir():
+        step = _dcp_folder(path)
+        with _reading(step):
+            return Checkpoint(step, "distributed checkpoint", _dcp_loaders(step))
+    with _reading(path):
+        if path.suffix == ".safetensors":
+            return Checkpoint(path, "safetensors", _safetensors_loaders(path))
+        if Path(f"{path}.tensors").is_dir():
+            return Checkpoint(path, "xser", _xser_loaders(path))
+        return Checkpoint(path, "torch.save", _torch_loaders(path))
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Whatever goes wrong while reading becomes one message naming the file."""
+    try:
+        yield
+    except ReprokitError:
+        raise
+    except pickle.UnpicklingError as exc:
+        raise ReprokitError(
+            "refused to load: the file holds a pickle that could run code",
+            path,
+            hint=f"{_CODE_HINT} {str(exc).strip()[:300]}",
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReprokitError(
+            f"cannot read the checkpoint: {first[:300]}",
+            path,
+            hint="Is the file complete, and is it a torch.save, xser, distributed checkpoint "
+            "or safetensors file?",
+        ) from None
+
+
+# -- torch.save ------------------------------------------------------------------------------
+
+
+def _torch_loaders(path: Path) -> dict[str, Loader]:
+    if not zipfile.is_zipfile(path):  # the legacy format has no offsets: read it whole
+        data = flatten(torch.load(path, map_location="cpu", weights_only=True), source=path)
+        return {name: _constant(tensor) for name, tensor in data.items()}
+    return {name: _lazy(path, fake) for name, fake in _fake_load(path).items()}
+
+
+def _fake_load(path: Path, extra_leaf: type | None = None) -> dict[str, Any]:
+    """The file's structure with fake tensors: shapes and storage offsets, no data read."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    return flatten(data, source=path, leaf=extra_leaf)
+
+
+def _lazy(path: Path, fake: torch.Tensor) -> Loader:
+    """Read one tensor's bytes from the file: just the span of its storage that it views."""
+    size, stride, dtype = fake.shape, fake.stride(), fake.dtype
+    span = 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) if fake.numel() else 0
+    item = fake.element_size()
+    offset = fake.untyped_storage()._checkpoint_offset + fake.storage_offset() * item
+
+    def load() -> torch.Tensor:
+        raw = _read_bytes(path, offset, span * item)
+        return raw.view(dtype).as_strided(size, stride) if span else torch.empty(size, dtype=dtype)
+
+    return load
+
+
+def _read_bytes(path: Path, offset: int, nbytes: int) -> torch.Tensor:
+    buffer = _read_exact(path, offset, nbytes)
+    if not nbytes:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(buffer, dtype=torch.uint8)  # shares the buffer: no copy
+
+
+def _read_exact(path: Path, offset: int, nbytes: int) -> bytearray:
+    buffer = bytearray(nbytes)
+    with path.open("rb") as f:
+        f.seek(offset)
+        if f.readinto(buffer) != nbytes:
+            raise EOFError(f"the file ends before the {nbytes} bytes at offset {offset}")
+    return buffer
+
+
+def _constant(tensor: torch.Tensor) -> Loader:
+    return lambda: tensor
+
+
+# -- xser ------------------------------------------------------------------------------------
+
+
+class _TensorReference:
+    """Stand-in for ``torch_xla.utils.serialization.TensorReference``: just the tensor's id,
+    so that reading an xser checkpoint needs neither torch_xla nor a trusting unpickler."""
+
+    tid: Any = None
+
+
+def _xser_loaders(path: Path) -> dict[str, Loader]:
+    name = "torch_xla.utils.serialization.TensorReference"
+    with torch.serialization.safe_globals([(_TensorReference, name)]):
+        found = _fake_load(path, extra_leaf=_TensorReference)
+    folder = Path(f"{path}.tensors")
+    return {
+        key: _xser_tensor(folder, ref) if isinstance(ref, _TensorReference) else _lazy(path, ref)
+        for key, ref in found.items()
+    }
+
+
+def _xser_tensor(folder: Path, ref: _TensorReference) -> Loader:
+    if type(ref.tid) is not int or ref.tid < 0:  # never a path of the file's choosing
+        raise ReprokitError(f"malformed tensor reference {ref.tid!r}", folder)
+    file = folder / f"tensor_{ref.tid}.pt"
+
+    def load() -> torch.Tensor:
+        with _reading(file):
+            tensor = torch.load(file, map_location="cpu", weights_only=True)
+        if not isinstance(tensor, torch.Tensor):
+            raise ReprokitError("an xser tensor file that holds no tensor", file)
+        return tensor
+
+    return load
+
+
+# -- distributed checkpoint ------------------------------------------------------------------
+
+
+def _dcp_folder(path: Path) -> Path:
+    """A step folder as is; a CheckpointManager folder: its latest step."""
+    if (path / ".metadata").is_file():
+        return path
+    steps = [p for p in path.iterdir() if p.name.isdigit() and (p / ".metadata").is_file()]
+    if not steps:
+        raise ReprokitError(
+            "not a distributed checkpoint: no .metadata here, nor in a step folder",
+            path,
+            hint="Give a folder written by torch.distributed.checkpoint or CheckpointManager.",
+        )
+    return max(steps, key=lambda p: int(p.name))
+
+
+_DCP_ALLOWED = {
+    "torch.distributed.checkpoint.metadata": {
+        "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
+        "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING",
+    },
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},
+    "torch": {"Size"},
+    "collections": {"OrderedDict"},
+}  # fmt: skip
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Plain pickle, but only the few record classes a ``.metadata`` file is made of."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name in _DCP_ALLOWED.get(module, ()):
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a checkpoint's metadata")
+
+
+def _dcp_loaders(step: Path) -> dict[str, Loader]:
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    with (step / ".metadata").open("rb") as f:
+        metadata = _MetadataUnpickler(f).load()
+    chunks: dict[str, list[Any]] = {}
+    for index, info in metadata.storage_data.items():
+        chunks.setdefault(index.fqn, []).append((tuple(index.offset), info))
+    return {
+        key: _dcp_tensor(step, meta, chunks.get(key, []))
+        for key, meta in metadata.state_dict_metadata.items()
+        if isinstance(meta, TensorStorageMetadata)  # the rest are pickled Python values
+    }
+
+
+def _dcp_tensor(step: Path, meta: Any, chunks: list[Any]) -> Loader:
+    def load() -> torch.Tensor:
+        tensor = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+        for offsets, info in chunks:
+            if info.transform_descriptors:
+                raise ValueError(f"chunks stored with {info.transform_descriptors} are unsupported")
+            file = (step / info.relative_path).resolve()
+            if file.parent != step.resolve():  # a name of the file's choosing stays in the folder
+                raise ValueError(f"chunk file {info.relative_path!r} is outside the checkpoint")
+            raw = io.BytesIO(_read_exact(file, info.offset, info.length))
+            with _reading(file):
+                chunk = torch.load(raw, map_location="cpu", weights_only=True)
+            view = tensor
+            for dim, (start, length) in enumerate(zip(offsets, chunk.shape, strict=True)):
+                view = view.narrow(dim, start, length)
+            view.copy_(chunk)
+        return tensor
+
+    return load
+
+
+# -- safetensors -----------------------------------------------------------------------------
+
+
+def _safetensors_loaders(path: Path) -> dict[str, Loader]:
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise ReprokitError(
+            "reading safetensors needs the safetensors package",
+            path,
+            hint="pip install safetensors",
+        ) from None
+    with safe_open(str(path), framework="pt") as f:
+        names = list(f.keys())
+
+    def loader(name: str) -> Loader:
+        def load() -> torch.Tensor:
+            with safe_open(str(path), framework="pt") as f:  # one opening (one mmap) per tensor
+                return f.get_tensor(name)
+
+        return load
+
+    return {name: loader(name) for name in names}
