@@ -16,6 +16,7 @@ from rich.table import Table
 
 from reprokit import backends, progress
 from reprokit.cases import find_cases, load_case, load_variants, parse_sets, variants
+from reprokit.compare import Comparison, diff_checkpoints, summarize
 from reprokit.errors import ReprokitError
 from reprokit.keywords import select
 from reprokit.render import list_templates, render
@@ -224,6 +225,47 @@ def report_(
     out.print(verdict(summary), highlight=False)
     for path in written:
         out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False)
+
+
+@app.command("diff")
+@reports_errors
+def diff_(
+    reference: Annotated[Path, typer.Argument(help="checkpoint A: the reference")],
+    target: Annotated[Path, typer.Argument(help="checkpoint B: compared with A")],
+    rtol: Annotated[float | None, typer.Option(help="relative tolerance [the dtype's]")] = None,
+    atol: Annotated[float | None, typer.Option(help="absolute tolerance [the dtype's]")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Tensor-by-tensor diff of two checkpoints: torch.save, xser, distributed checkpoint
+    folder or safetensors, in any pairing. Exit 0 all close, 1 some differ, 2 bad input."""
+    comparisons = diff_checkpoints(reference, target, rtol=rtol, atol=atol)
+    summary = summarize(comparisons)
+    if as_json:
+        data = {"reference": str(reference), "target": str(target), "summary": summary}
+        typer.echo(json.dumps(data | {"comparisons": [c.to_json() for c in comparisons]}, indent=2))
+        raise typer.Exit(0 if summary["allclose"] else 1)
+    table = Table("tensor", "shape", "dtype", "max abs", "max rel", "mismatched", "")
+    for c in (c for c in comparisons if c.shape is not None):
+        table.add_row(*_diff_row(c))
+    out.print(table)
+    for c in comparisons:
+        if not c.allclose and c.shape is not None:
+            out.print(escape(Comparison.describe(c)), highlight=False)
+    for side in ("reference", "target"):
+        if names := summary[f"only_in_{side}"]:
+            path = reference if side == "reference" else target
+            out.print(f"only in {escape(str(path))}: {escape(', '.join(names))}", highlight=False)
+    counts = f"{summary['tensors']} tensors: {summary['equal']} equal, {summary['close']} close"
+    counts += f", {summary['differ']} differ; {summary['divergence']}"
+    out.print(escape(counts), highlight=False)
+    raise typer.Exit(0 if summary["allclose"] else 1)
+
+
+def _diff_row(c: Comparison) -> list[str]:
+    mark = "[green]equal[/]" if c.equal else "[green]close[/]" if c.allclose else "[red]differ[/]"
+    shape = "x".join(map(str, c.shape or [])) or "scalar"
+    stats = [f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.mismatched:,} / {c.total:,}"]
+    return [escape(c.tensor), shape, str(c.dtype), *stats, mark]
 
 
 def main() -> None:

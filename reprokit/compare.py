@@ -48,6 +48,7 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["nan"], data["inf"] = list(self.nan), list(self.inf)
+        data["worst"] = [{k: _finite(v) for k, v in w.items()} for w in self.worst]
         return {k: _finite(v) for k, v in data.items()}
 
     @classmethod
@@ -55,6 +56,10 @@ class Comparison:
         fields = dict(data)
         fields["nan"], fields["inf"] = tuple(fields["nan"]), tuple(fields["inf"])
         fields["max_abs"], fields["max_rel"] = float(fields["max_abs"]), float(fields["max_rel"])
+        fields["worst"] = [
+            {k: float(v) if isinstance(v, str) else v for k, v in w.items()}
+            for w in fields.get("worst", [])
+        ]
         return cls(**fields)
 
     def describe(self) -> str:
@@ -257,6 +262,64 @@ def _missing(name: str, side: str, reference: str, target: str) -> Comparison:
 def first_divergence(comparisons: Iterable[Comparison]) -> Comparison | None:
     """The first tensor outside tolerance, in the order the target stage saved them."""
     return next((c for c in comparisons if not c.allclose), None)
+
+
+def divergence_summary(comparisons: Iterable[Comparison]) -> str:
+    """First divergence in words: which tensors (in saved order: activations layer by layer)
+    agree, and which is the first to differ, e.g. ``act.0-act.2 agree; act.3 is the first to
+    differ (512 / 512 mismatched, max abs 0.001)``. Tensors only on one side are left out."""
+    compared = [c for c in comparisons if c.shape is not None]
+    first = first_divergence(compared)
+    if first is None:
+        return f"all {len(compared)} tensors agree" if compared else "nothing to compare"
+    before = compared[: compared.index(first)]
+    if first.note:
+        why = first.note
+    else:
+        why = f"{first.mismatched} / {first.total} mismatched, max abs {first.max_abs:.3g}"
+    differs = f"{first.tensor} is the first to differ ({why})"
+    if not before:
+        return differs
+    agree = before[0].tensor + (f"-{before[-1].tensor} agree" if len(before) > 1 else " agrees")
+    return f"{agree}; {differs}"
+
+
+def diff_checkpoints(
+    reference: Path | str,
+    target: Path | str,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> list[Comparison]:
+    """``reprokit diff``: every tensor of two checkpoints, of any format, one at a time."""
+    from reprokit.checkpoints import open_checkpoint  # it builds on this module's flatten
+
+    expected, actual = open_checkpoint(reference), open_checkpoint(target)
+    return compare_tensors(
+        expected,
+        actual,
+        rtol=rtol,
+        atol=atol,
+        reference=str(reference),
+        target=str(target),
+    )
+
+
+def summarize(comparisons: list[Comparison]) -> dict[str, Any]:
+    """Counts for the end of a diff: how many compared, close, differing, on one side only."""
+    one_side = [c for c in comparisons if c.shape is None]
+    first = first_divergence(comparisons)
+    return {
+        "tensors": len(comparisons),
+        "close": sum(c.allclose for c in comparisons),
+        "equal": sum(c.equal for c in comparisons),
+        "differ": sum(not c.allclose for c in comparisons if c.shape is not None),
+        "only_in_reference": [c.tensor for c in one_side if c.note == f"only in {c.reference}"],
+        "only_in_target": [c.tensor for c in one_side if c.note == f"only in {c.target}"],
+        "first_divergence": first.tensor if first else None,
+        "divergence": divergence_summary(comparisons),
+        "allclose": first is None,
+    }
 
 
 def load_tensors(path: Path | str) -> dict[str, torch.Tensor]:
