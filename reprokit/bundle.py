@@ -1,0 +1,68 @@
+"""bundle.zip: what a maintainer needs to rerun and inspect, within GitHub's 25 MB limit.
+
+Text (summary, environment, scripts, case files, logs, result files) goes in first, redacted;
+tensors follow, smallest first, while they fit. What is left out is listed inside the bundle.
+"""
+
+from __future__ import annotations
+
+import zipfile
+import zlib
+from pathlib import Path
+
+from reprokit.redact import redact_text
+
+ATTACHMENT_LIMIT = 25 * 1000 * 1000  # GitHub's limit for a file attached to an issue
+_RESERVE = 256 * 1024  # room for the list of left-out files and the zip's directory
+TEXT = {".json", ".log", ".py", ".toml", ".txt", ".md"}
+LEFT_OUT = "LEFT_OUT.txt"
+
+
+def _members(run_dir: Path, target: Path) -> list[Path]:
+    """Regular files of the run folder (links are never followed), text before tensors."""
+    files = [
+        p
+        for p in run_dir.rglob("*")
+        if p.is_file()
+        and not p.is_symlink()
+        and p != target
+        and p.name != target.name
+        and not p.name.startswith(".")
+    ]
+    return sorted(files, key=lambda p: (_priority(p), p.stat().st_size, str(p)))
+
+
+def _priority(path: Path) -> int:
+    """What a maintainer needs first: the summary, then scripts and cases, results, logs."""
+    order = {"summary.json": 0, "repro.py": 1, "case.toml": 1, "result.json": 2}
+    if path.name in order:
+        return order[path.name]
+    return 3 if path.suffix in TEXT else 4
+
+
+def write_bundle(run_dir: Path, target: Path, limit: int = ATTACHMENT_LIMIT) -> Path:
+    """Write ``target`` from ``run_dir``; never larger than ``limit`` bytes."""
+    run_dir = Path(run_dir)
+    left_out: list[str] = []
+    used = 0
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for path in _members(run_dir, target):
+            name = path.relative_to(run_dir).as_posix()
+            if path.suffix in TEXT:
+                text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+                data = redact_text(text).encode("utf-8", errors="surrogateescape")
+                cost = len(zlib.compress(data, 6)) + len(name) + 100  # its share of the zip
+            else:  # tensors barely compress: their size is their cost, and they are not read
+                data, cost = None, path.stat().st_size + len(name) + 100
+            if used + cost > limit - _RESERVE:
+                left_out.append(f"{name} ({path.stat().st_size:,} bytes)")
+                continue
+            if data is None:
+                bundle.write(path, name)
+            else:
+                bundle.writestr(name, data)
+            used += cost
+        if left_out:
+            note = "Left out to stay within GitHub's 25 MB attachment limit:\n"
+            bundle.writestr(LEFT_OUT, note + "\n".join(left_out) + "\n")
+    return target

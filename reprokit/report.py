@@ -1,0 +1,238 @@
+"""Reports of a run folder: an issue-ready report.md, a self-contained report.html, bundle.zip.
+
+Everything is rendered from summary.json's records (and each stage's result.json for loss
+curves), never by re-reading logs. report.md must fit one GitHub issue body (65,536
+characters) whatever the run's size: when it does not, the least important parts go first
+and the report says what bundle.zip holds instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reprokit.env import summary_rows
+from reprokit.errors import ReprokitError
+from reprokit.records import SUMMARY, read_summary
+from reprokit.redact import redact_text
+
+if TYPE_CHECKING:
+    from reprokit.compare import Comparison
+    from reprokit.records import RunSummary, VariantResult
+
+GITHUB_BODY_LIMIT = 65_536
+BUNDLE = "bundle.zip"
+FORMATS = ("md", "html", "json", "all")
+
+
+def load(run_dir: Path) -> RunSummary:
+    """The run's summary, or a clear error when the folder holds none (or a broken one)."""
+    path = Path(run_dir) / SUMMARY
+    if not path.is_file():
+        raise ReprokitError(
+            "no summary.json here", run_dir, hint="Give the folder `reprokit run -o` wrote."
+        )
+    try:
+        return read_summary(Path(run_dir))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReprokitError(f"summary.json is not readable: {exc}", path) from None
+
+
+def verdict(summary: RunSummary) -> str:
+    """One line: how many variants behaved as expected, and which did not."""
+    failed = [v for v in summary.variants if v.passed is False]
+    skipped = summary.count(None)
+    text = f"{summary.count(True)} of {len(summary.variants)} variants behaved as expected"
+    if failed:
+        names = ", ".join(f"`{v.label}` ({v.outcome.value})" for v in failed[:5])
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        text += f"; {len(failed)} did not: {names}{more}"
+    if skipped:
+        text += f"; {skipped} skipped"
+    if summary.interrupted:
+        text += " (the run was interrupted)"
+    return text + "."
+
+
+@dataclass
+class Budget:
+    """How much of each part report.md shows; shrunk step by step until the body fits."""
+
+    variants: int  # failing variants shown in detail
+    rows: int = 12  # diff rows per failing variant
+    scripts: int = 10**6  # failing variants whose script is inlined
+    result_rows: int = 10**6  # rows of the all-variants table
+    cut: dict[str, str] = field(default_factory=dict)  # part -> what bundle.zip holds instead
+
+    def shrink(self, failing: int) -> bool:
+        """Drop the next least important part; False when nothing is left to drop.
+
+        A runnable script outlives everything but the verdict: it is what a maintainer needs.
+        """
+        if self.result_rows > 50:
+            return self._set("result_rows", 50, "the results of every variant (summary.json)")
+        if self.scripts > 1:
+            return self._set("scripts", 1, "the scripts of all but the first failing variant")
+        if self.rows > 3:
+            return self._set("rows", 3, "the full diff tables (summary.json: comparisons)")
+        if self.variants > 1:
+            keep = self.variants // 2
+            return self._set("variants", keep, f"the details of {failing - keep} failing variants")
+        if self.result_rows:
+            return self._set("result_rows", 0, "the results table (summary.json)")
+        if self.scripts:
+            return self._set("scripts", 0, "the repro script (*/repro.py)")
+        return False
+
+    def _set(self, part: str, value: int, note: str) -> bool:
+        setattr(self, part, value)
+        self.cut[part] = note
+        return True
+
+
+def markdown(summary: RunSummary, run_dir: Path, limit: int = GITHUB_BODY_LIMIT) -> str:
+    """report.md: at most ``limit`` characters, whatever the size of the run."""
+    failing = [v for v in summary.variants if v.passed is False]
+    budget = Budget(variants=len(failing))
+    while True:
+        body = redact_text(_markdown(summary, run_dir, failing, budget))
+        if len(body) <= limit or not budget.shrink(len(failing)):
+            return body if len(body) <= limit else body[: limit - 20] + "\n\n(cut)\n"
+
+
+def _markdown(summary, run_dir, failing, budget: Budget) -> str:
+    parts = [f"**reprokit**: {verdict(summary)}", ""]
+    for index, variant in enumerate(failing[: budget.variants]):
+        parts += _variant_section(variant, run_dir, budget.rows, inline=index < budget.scripts)
+    if budget.result_rows:
+        parts += _results_table(summary.variants, budget.result_rows)
+    parts += ["### Environment", "", "| | |", "| --- | --- |"]
+    parts += [f"| {_cell(k)} | {_cell(v)} |" for k, v in summary_rows(summary.env)]
+    parts += ["", f"Everything else is in `{BUNDLE}` (scripts, logs, results, environment)."]
+    if budget.cut:
+        cut = "; ".join(budget.cut.values())
+        parts.append(f"Left out of this body to fit GitHub's limit, all in `{BUNDLE}`: {cut}.")
+    return "\n".join(parts) + "\n"
+
+
+def _variant_section(variant: VariantResult, run_dir: Path, rows: int, inline: bool):
+    lines = [
+        f"### `{variant.label}`: {variant.outcome.value} (expected {variant.expected.value})",
+        "",
+    ]
+    if variant.reason:
+        lines += [_cell(variant.reason), ""]
+    failed = [s for s in variant.stages if s.status.value not in ("ok", "skipped")]
+    for stage in failed:
+        code = f"signal {stage.signal}" if stage.signal else f"exit code {stage.returncode}"
+        lines.append(f"- stage `{stage.name}` ({stage.backend}): {stage.status.value}, {code}")
+    lines += [""] if failed else []
+    lines += divergence_lines(variant)
+    worst = sorted(
+        (c for c in variant.comparisons if not c.allclose), key=lambda c: -_num(c.max_abs)
+    )
+    if worst:
+        lines += [
+            "| tensor | stage vs reference | shape | max abs | max rel | mismatched |",
+            "| --- | --- | --- | ---: | ---: | ---: |",
+        ]
+        lines += [_diff_row(c) for c in worst[:rows]]
+        if len(worst) > rows:
+            lines.append(f"\n({len(worst) - rows} more differing tensors in summary.json)")
+        lines.append("")
+    script = Path(run_dir) / variant.label / "repro.py"
+    if inline and script.is_file():
+        text = script.read_text(encoding="utf-8", errors="replace")
+        fence = "~~~~" if "```" in text else "```"
+        lines += [
+            f"<details><summary>repro.py ({text.count(chr(10))} lines): "
+            "<code>python repro.py</code></summary>",
+            "",
+            f"{fence}python",
+            text.rstrip("\n"),
+            fence,
+            "",
+            "</details>",
+            "",
+        ]
+    return lines
+
+
+def divergence_lines(variant: VariantResult) -> list[str]:
+    """Where each target stage first leaves its reference, with the tensors before agreeing."""
+    lines = []
+    for target, tensor in variant.first_divergence.items():
+        if tensor is None:
+            continue
+        saved = [c.tensor for c in variant.comparisons if c.target == target]
+        before = saved[: saved.index(tensor)] if tensor in saved else []
+        agree = f"; before it {_span(before)} agree" if before else ""
+        lines.append(f"First divergence in `{target}`: `{tensor}`{agree}.")
+    return [*lines, ""] if lines else []
+
+
+def _span(names: list[str]) -> str:
+    return f"`{names[0]}`" if len(names) == 1 else f"`{names[0]}` … `{names[-1]}` ({len(names)})"
+
+
+def _diff_row(c: Comparison) -> str:
+    shape = "x".join(map(str, c.shape)) if c.shape else (c.note or "scalar")
+    mismatched = f"{c.mismatched}/{c.total}" if not c.note else _cell(c.note)
+    return (
+        f"| `{_cell(c.tensor)}` | {c.target} vs {c.reference} | {shape or 'scalar'} | "
+        f"{_num(c.max_abs):.3g} | {_num(c.max_rel):.3g} | {mismatched} |"
+    )
+
+
+def _results_table(variants, rows: int) -> list[str]:
+    shown = sorted(variants, key=lambda v: v.passed is not False)[:rows]
+    lines = ["### Results", "", "| variant | outcome | expected | as expected | seconds |"]
+    lines.append("| --- | --- | --- | --- | ---: |")
+    for v in shown:
+        mark = {True: "yes", False: "**no**", None: "skipped"}[v.passed]
+        lines.append(
+            f"| `{_cell(v.label)}` | {v.outcome.value} | {v.expected.value} | {mark} | "
+            f"{v.seconds:.1f} |"
+        )
+    if len(variants) > len(shown):
+        lines.append(f"\n({len(variants) - len(shown)} more variants in summary.json)")
+    return [*lines, ""]
+
+
+def _cell(value: object) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _num(value: object) -> float:
+    return float(value)  # summary.json writes inf as "inf"
+
+
+def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None = None):
+    """Write the asked-for reports (and always bundle.zip); return their paths."""
+    if formats not in FORMATS:
+        raise ReprokitError(f"unknown format {formats!r}", hint=f"Use one of {', '.join(FORMATS)}.")
+    summary = load(run_dir)
+    out_dir = Path(out_dir or run_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if formats in ("md", "all"):
+        written.append(_write(out_dir / "report.md", markdown(summary, run_dir)))
+    if formats in ("html", "all"):
+        from reprokit.report_html import html  # matplotlib: only when asked for
+
+        written.append(_write(out_dir / "report.html", html(summary, run_dir)))
+    if formats in ("json", "all"):
+        data = {"verdict": verdict(summary), **summary.to_json()}
+        written.append(_write(out_dir / "report.json", redact_text(json.dumps(data, indent=2))))
+    from reprokit.bundle import write_bundle
+
+    written.append(write_bundle(run_dir, out_dir / BUNDLE))
+    return summary, written
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,253 @@
+"""Reports as users see them: report.md fits one GitHub issue and renders with GitHub's own
+cmark-gfm, report.html is one self-contained page, bundle.zip stays under 25 MB, and no secret
+ever reaches any of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import zipfile
+from pathlib import Path
+
+import cmarkgfm
+import pytest
+import torch
+
+from reprokit.cases import Outcome
+from reprokit.compare import compare_tensors, first_divergence
+from reprokit.procs import Status
+from reprokit.records import RunSummary, StageResult, VariantResult, write_summary
+from reprokit.redact import MARKER, redact_text
+from reprokit.report import GITHUB_BODY_LIMIT, write_reports
+
+HF_TOKEN = "hf_" + "Zq8" * 12
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+def fake_variant(run_dir: Path, label: str, *, diverge_at: int | None, script_lines: int = 150):
+    """A variant folder as `reprokit run` writes it, with real tensors and comparisons."""
+    layers = {f"act.{i}": torch.full((4, 8), float(i)) for i in range(6)}
+    spmd = {k: v.clone() for k, v in layers.items()}
+    if diverge_at is not None:
+        for i in range(diverge_at, 6):
+            spmd[f"act.{i}"] += 1e-2 * (i + 1)
+    folder = run_dir / label
+    for stage, tensors in (("eval_cpu", layers), ("eval_spmd", spmd)):
+        (folder / "stages" / stage).mkdir(parents=True)
+        torch.save(tensors, folder / "stages" / stage / "tensors.pt")
+        result = {"stage": stage, "seconds": 1.0, "metrics": {"loss": [1.0, 0.8, 0.7]}}
+        (folder / "stages" / stage / "result.json").write_text(json.dumps(result))
+        (folder / "stages" / stage / "stdout.log").write_text(f"token: {HF_TOKEN}\nstep 1\n")
+    script = "\n".join(f"x_{i} = {i}  # line of the repro" for i in range(script_lines))
+    (folder / "repro.py").write_text(script + "\n")
+    comparisons = compare_tensors(layers, spmd, reference="eval_cpu", target="eval_spmd")
+    first = first_divergence(comparisons)
+    outcome = Outcome.MATCH if first is None else Outcome.MISMATCH
+    stages = tuple(
+        StageResult(s, b, Status.OK, 0, None, 1.0)
+        for s, b in (("eval_cpu", "cpu"), ("eval_spmd", "xla_spmd"))
+    )
+    return VariantResult(
+        case=label.split("[")[0],
+        label=label,
+        variant={"layers": 6},
+        outcome=outcome,
+        expected=Outcome.MATCH,
+        seconds=2.0,
+        stages=stages,
+        comparisons=tuple(comparisons),
+        first_divergence={"eval_spmd": first.tensor if first else None},
+    )
+
+
+def fake_run(run_dir: Path, variants: list[VariantResult]) -> Path:
+    env = {
+        "python": "3.11",
+        "versions": {"torch": "2.9.0"},
+        "variables": {"PJRT_DEVICE": "CPU", "HF_TOKEN": MARKER},
+    }
+    write_summary(
+        RunSummary(started="now", finished="later", env=env, variants=tuple(variants)), run_dir
+    )
+    return run_dir
+
+
+@pytest.fixture
+def small_run(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    return fake_run(
+        run_dir,
+        [
+            fake_variant(run_dir, "seed[default]", diverge_at=3),
+            fake_variant(run_dir, "seed[highest]", diverge_at=None),
+        ],
+    )
+
+
+def test_report_writes_md_html_json_and_bundle(cli, small_run):
+    result = cli("report", small_run)
+    assert result.exit_code == 0, result.output
+    assert "1 of 2 variants behaved as expected" in result.stdout
+    for name in ("report.md", "report.html", "report.json", "bundle.zip"):
+        assert (small_run / name).is_file()
+
+
+def test_markdown_renders_with_github_cmark_gfm(small_run):
+    write_reports(small_run, formats="md")
+    text = (small_run / "report.md").read_text()
+    assert text.startswith("**reprokit**: 1 of 2 variants behaved as expected; 1 did not")
+    assert (
+        "First divergence in `eval_spmd`: `act.3`; before it `act.0` … `act.2` (3) agree." in text
+    )
+    html = cmarkgfm.github_flavored_markdown_to_html(
+        text, options=cmarkgfm.Options.CMARK_OPT_UNSAFE
+    )
+    assert "<table>" in html
+    assert "<td><code>act.5</code></td>" in html
+    assert "<details><summary>repro.py (150 lines)" in html
+    assert '<pre lang="python"><code>x_0 = 0' in html
+
+
+def test_html_is_self_contained_with_plots(small_run):
+    write_reports(small_run, formats="html")
+    page = (small_run / "report.html").read_text()
+    assert page.count("<svg") >= 3  # loss curves, difference sizes, timings
+    assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", page)  # nothing fetched
+    assert not re.search(r"url\(\s*[\"']?(https?:)?//", page)
+    assert "<script" not in page
+
+
+def test_report_of_a_folder_without_summary_is_exit_2(cli, tmp_path):
+    result = cli("report", tmp_path)
+    assert result.exit_code == 2
+    assert "no summary.json here" in result.stderr
+    (tmp_path / "summary.json").write_text("{not json")
+    result = cli("report", tmp_path)
+    assert result.exit_code == 2
+    assert "summary.json is not readable" in result.stderr
+
+
+def test_500_failing_variants_fit_github_limits(tmp_path):
+    run_dir = tmp_path / "big"
+    run_dir.mkdir()
+    one = fake_variant(run_dir, "big[0]", diverge_at=0, script_lines=400)
+    variants = [one]
+    for i in range(1, 500):  # same records, own folders: the report reads only records + scripts
+        label = f"big[{i}]"
+        (run_dir / label).mkdir()
+        (run_dir / label / "repro.py").write_text((run_dir / "big[0]/repro.py").read_text())
+        (run_dir / label / "stages.log").write_bytes(os.urandom(60_000))  # incompressible
+        variants.append(VariantResult(**{**one.__dict__, "label": label}))
+    fake_run(run_dir, variants)
+    write_reports(run_dir)
+    text = (run_dir / "report.md").read_text()
+    assert len(text) <= GITHUB_BODY_LIMIT
+    assert "Left out of this body to fit GitHub's limit" in text
+    html = cmarkgfm.github_flavored_markdown_to_html(
+        text, options=cmarkgfm.Options.CMARK_OPT_UNSAFE
+    )
+    assert "<table>" in html and "<details>" in html
+    bundle = run_dir / "bundle.zip"
+    assert bundle.stat().st_size <= 25 * 1000 * 1000
+    names = zipfile.ZipFile(bundle).namelist()
+    assert "summary.json" in names and "LEFT_OUT.txt" in names
+
+
+def test_no_secret_reaches_report_or_bundle(small_run, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    (small_run / "seed[default]/stages/eval_cpu/stderr.log").write_text(
+        f"aws {AWS_SECRET}\nAuthorization: Bearer abcdef123456789\n"
+    )
+    write_reports(small_run)
+    texts = [(small_run / n).read_text() for n in ("report.md", "report.html", "report.json")]
+    with zipfile.ZipFile(small_run / "bundle.zip") as bundle:
+        texts += [bundle.read(n).decode() for n in bundle.namelist() if not n.endswith(".pt")]
+    for text in texts:
+        assert HF_TOKEN not in text and AWS_SECRET not in text and "abcdef123456789" not in text
+    assert any(f"token: {MARKER}" in t for t in texts)  # the line is kept, the value hidden
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "AKIAIOSFODNN7EXAMPLE",
+        "ghp_" + "a1B2" * 9,
+        "github_pat_" + "x" * 40,
+        HF_TOKEN,
+        "xoxb-123456789012-abcdefghij",
+        "AIza" + "Sy" * 17 + "A",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+    ],
+)
+def test_secret_shapes_are_redacted_in_text(secret):
+    text = redact_text(f"before {secret} after", known=[])
+    assert secret not in text
+    assert text.startswith("before ") and text.endswith(" after")
+
+
+@pytest.mark.parametrize(
+    ("line", "hidden"),
+    [
+        ("https://alice:s3cretpw@example.com/repo", "s3cretpw"),
+        ("DB_PASSWORD=hunter22", "hunter22"),
+        ('{"api_key": "k-1234567890"}', "k-1234567890"),
+        ("Authorization: Bearer abc.def.ghi12345", "abc.def.ghi12345"),
+    ],
+)
+def test_secret_values_by_name_are_redacted(line, hidden):
+    assert hidden not in redact_text(line, known=[])
+
+
+def test_env_command_redacts_secret_variables(cli, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", HF_TOKEN)
+    monkeypatch.setenv("XLA_AUTH_SECRET", "xla-value-1234")
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    result = cli("env", "--json")
+    assert result.exit_code == 0
+    assert HF_TOKEN not in result.stdout and "xla-value-1234" not in result.stdout
+    data = json.loads(result.stdout)
+    assert data["variables"]["PJRT_DEVICE"] == "CPU"
+    assert data["variables"]["XLA_AUTH_SECRET"] == MARKER
+    assert data["torch_xla_matches_torch"] is True
+    assert data["xla"]["device_kind"] == "CPU"
+
+
+CHROMIUM = shutil.which("chromium")
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+@pytest.mark.skipif(
+    not CHROMIUM and not os.environ.get("REPROKIT_REQUIRE_BROWSER"),
+    reason="Debian's chromium is not installed (.ci/run installs it and requires this test)",
+)
+def test_html_loads_in_headless_chromium_without_errors(small_run, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    write_reports(small_run, formats="html")
+    errors, requests = [], []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto((small_run / "report.html").as_uri())
+        assert page.locator("figure svg").count() >= 3
+        assert "1 of 2 variants behaved as expected" in page.inner_text("body")
+        page.screenshot(path=tmp_path / "report.png", full_page=True)
+        browser.close()
+    assert errors == []
+    assert all(url.startswith("file://") for url in requests)  # self-contained
+    assert (tmp_path / "report.png").stat().st_size > 10_000
