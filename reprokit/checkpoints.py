@@ -6,9 +6,9 @@ at a time keeps memory near the size of the largest tensor, not of the checkpoin
 
 Formats, told apart by what is on disk:
 
-- ``torch.save`` file (zip format): the pickle is read with ``weights_only`` under
-  ``FakeTensorMode``, which gives shapes, strides and the byte offset of every storage in the
-  file without reading the data; each tensor's bytes are read on demand.
+- ``torch.save`` file (zip format): loaded with ``weights_only`` and ``mmap``, so that no
+  data is read until asked for; each tensor is then copied out and the file's pages it
+  touched are let go (``madvise``), so that they do not pile up in the resident set.
 - xser checkpoint (``PATH`` plus the ``PATH.tensors/`` folder that torch_xla's
   ``xser.save`` writes): ``xser.load`` unpickles with ``weights_only=False`` and would run any
   code a stranger's file holds, so the main file is read with ``weights_only`` allowing only a
@@ -23,11 +23,15 @@ Formats, told apart by what is on disk:
 
 from __future__ import annotations
 
+import ctypes
 import io
+import mmap
 import pickle
+import sys
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -107,40 +111,52 @@ def _reading(path: Path) -> Iterator[None]:
 
 
 def _torch_loaders(path: Path) -> dict[str, Loader]:
-    if not zipfile.is_zipfile(path):  # the legacy format has no offsets: read it whole
+    if not zipfile.is_zipfile(path):  # the legacy format cannot be memory-mapped: read it whole
         data = flatten(torch.load(path, map_location="cpu", weights_only=True), source=path)
         return {name: _constant(tensor) for name, tensor in data.items()}
-    return {name: _lazy(path, fake) for name, fake in _fake_load(path).items()}
+    return {name: _owned(tensor) for name, tensor in _mapped_load(path).items()}
 
 
-def _fake_load(path: Path, extra_leaf: type | None = None) -> dict[str, Any]:
-    """The file's structure with fake tensors: shapes and storage offsets, no data read."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode():
-        data = torch.load(path, map_location="cpu", weights_only=True)
+def _mapped_load(path: Path, extra_leaf: type | None = None) -> dict[str, Any]:
+    """The file's tensors memory-mapped: nothing is read until a tensor is used."""
+    data = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     return flatten(data, source=path, leaf=extra_leaf)
 
 
-def _lazy(path: Path, fake: torch.Tensor) -> Loader:
-    """Read one tensor's bytes from the file: just the span of its storage that it views."""
-    size, stride, dtype = fake.shape, fake.stride(), fake.dtype
-    span = 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) if fake.numel() else 0
-    item = fake.element_size()
-    offset = fake.untyped_storage()._checkpoint_offset + fake.storage_offset() * item
+def _owned(mapped: torch.Tensor) -> Loader:
+    """A copy of a memory-mapped tensor in ordinary memory; the file's pages that the copy
+    read are then let go, else they would count in this process's memory until the end."""
 
     def load() -> torch.Tensor:
-        raw = _read_bytes(path, offset, span * item)
-        return raw.view(dtype).as_strided(size, stride) if span else torch.empty(size, dtype=dtype)
+        tensor = mapped.clone()
+        _release(mapped)
+        return tensor
 
     return load
 
 
-def _read_bytes(path: Path, offset: int, nbytes: int) -> torch.Tensor:
-    buffer = _read_exact(path, offset, nbytes)
-    if not nbytes:
-        return torch.empty(0, dtype=torch.uint8)
-    return torch.frombuffer(buffer, dtype=torch.uint8)  # shares the buffer: no copy
+_MADV_DONTNEED = 4  # Linux's value; elsewhere pages are left to the kernel
+
+
+def _release(mapped: torch.Tensor) -> None:
+    """madvise(DONTNEED) over the tensor's storage: the pages of a private, unwritten file
+    mapping leave this process's resident set and are read again from the file if touched."""
+    libc = _libc()
+    storage = mapped.untyped_storage()
+    if libc is None or not storage.nbytes():
+        return
+    start = storage.data_ptr() & ~(mmap.PAGESIZE - 1)
+    length = storage.data_ptr() + storage.nbytes() - start
+    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_DONTNEED)
+
+
+@cache
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
 
 
 def _read_exact(path: Path, offset: int, nbytes: int) -> bytearray:
@@ -169,10 +185,10 @@ class _TensorReference:
 def _xser_loaders(path: Path) -> dict[str, Loader]:
     name = "torch_xla.utils.serialization.TensorReference"
     with torch.serialization.safe_globals([(_TensorReference, name)]):
-        found = _fake_load(path, extra_leaf=_TensorReference)
+        found = _mapped_load(path, extra_leaf=_TensorReference)
     folder = Path(f"{path}.tensors")
     return {
-        key: _xser_tensor(folder, ref) if isinstance(ref, _TensorReference) else _lazy(path, ref)
+        key: _xser_tensor(folder, ref) if isinstance(ref, _TensorReference) else _owned(ref)
         for key, ref in found.items()
     }
 
