@@ -123,6 +123,7 @@ def run_process(
         # The leader is not reaped yet, so its group id cannot have been reused.
         _signal_group(proc.pid, signal.SIGKILL)
         returncode = proc.wait()
+        _wait_group_gone(proc.pid, grace)
         pipes.drain(_DRAIN)
         cut = tuple(name for name, log in logs.items() if log.close())
     seconds = round(time.monotonic() - start, 3)
@@ -158,6 +159,32 @@ def _exited(pid: int) -> bool:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def _wait_group_gone(pgid: int, limit: float) -> None:
+    """SIGKILL is delivered asynchronously: wait until no member of the group still runs.
+
+    Reads /proc (Linux); members that are zombies count as gone (they run no code, and their
+    new parent reaps them). Elsewhere, or past ``limit``, it returns without waiting.
+    """
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and _group_members(pgid):
+        time.sleep(0.01)
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as file:
+                fields = file.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # it ended while we looked
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry.name))
+    return members
 
 
 def _classify(returncode: int, why: Status | None) -> tuple[Status, int, str | None]:

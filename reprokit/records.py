@@ -44,7 +44,7 @@ class StageResult:
         if self.status is Status.SKIPPED:
             return f"was skipped ({self.reason})"
         if self.status is Status.TIMEOUT:
-            return f"timed out after {self.seconds:g} s"
+            return f"timed out ({self.reason})" if self.reason else "timed out"
         if self.signal:
             return f"died by {self.signal}"
         return f"exited with code {self.returncode}"

@@ -330,7 +330,10 @@ class _Scheduler:
             log_cap=self.options.log_cap,
             grace=self.options.grace,
         )
-        cut = f"middle of {', '.join(ended.cut)} cut (cap {self.options.log_cap} bytes)"
+        notes = [f"killed after --timeout {self.options.timeout:g} s"]
+        notes = notes if ended.status is Status.TIMEOUT else []
+        if ended.cut:
+            notes.append(f"middle of {', '.join(ended.cut)} cut (cap {self.options.log_cap} bytes)")
         return StageResult(
             name,
             backend,
@@ -338,7 +341,7 @@ class _Scheduler:
             ended.returncode,
             ended.signal,
             ended.seconds,
-            cut if ended.cut else None,
+            "; ".join(notes) or None,
         )
 
     def _finished(self, index: int, result: VariantResult) -> None:

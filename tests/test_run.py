@@ -1,0 +1,300 @@
+"""`reprokit run`: outcomes, the run folder, parallel agreement, interrupts, the seed case.
+
+The misbehaving stages come from tests/data/templates/faulty.py.j2, a script written by hand
+without reprokit's macros: the runner must rely on the stage protocol alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import filelock
+import pytest
+
+from reprokit.cases import Outcome, load_variants
+from reprokit.dag import parse_stages
+from reprokit.errors import ReprokitError
+from reprokit.keywords import matches, select
+from reprokit.procs import Status
+from reprokit.records import read_summary
+from reprokit.run import Options, run
+
+DATA = Path(__file__).parent / "data"
+CASES, TEMPLATES = DATA / "cases", DATA / "templates"
+EXPECTED = {
+    "ok": Outcome.MATCH,
+    "mismatch": Outcome.MISMATCH,
+    "raise": Outcome.ERROR,
+    "abort": Outcome.CRASH,
+    "hang": Outcome.TIMEOUT,
+    "grandchild": Outcome.TIMEOUT,
+    "loud": Outcome.MATCH,
+    "cuda": Outcome.SKIPPED,
+    "badlist": Outcome.ERROR,
+}
+TIMEOUT = 10.0  # the hanging stages run this long; the others (no torch import) end in a blink
+LOG_CAP = 64 * 1024
+
+
+def faulty(*names: str):
+    return load_variants(names, cases=[CASES], templates=[TEMPLATES])
+
+
+def run_faulty(run_dir: Path, names, jobs: int):
+    options = Options(jobs=jobs, timeout=TIMEOUT, templates=(TEMPLATES,), log_cap=LOG_CAP)
+    return run(faulty(*names), run_dir=run_dir, options=options, argv=["test"])
+
+
+def gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie runs no code
+
+
+def test_every_outcome_in_one_run_and_nothing_left_alive(tmp_path):
+    summary = run_faulty(tmp_path, list(EXPECTED), jobs=2)
+    results = {v.label: v for v in summary.variants}
+    assert {label: v.outcome for label, v in results.items()} == EXPECTED
+    stages = {label: {s.name: s for s in v.stages} for label, v in results.items()}
+
+    crash = stages["abort"]["second"]
+    assert (crash.status, crash.returncode, crash.signal) == (Status.CRASH, -6, "SIGABRT")
+    assert results["abort"].reason == "second died by SIGABRT"
+    assert stages["raise"]["second"].returncode == 1
+    assert stages["hang"]["second"].status is Status.TIMEOUT
+    for label in ("raise", "abort", "hang", "grandchild"):  # the failure stays in its stage
+        assert stages[label]["first"].status is Status.OK
+        assert stages[label]["aside"].status is Status.OK
+    assert "GPU" in stages["cuda"]["second"].reason and results["cuda"].passed is None
+    assert "not JSON" in results["badlist"].reason
+
+    mismatch = results["mismatch"]
+    assert mismatch.first_divergence == {"second": "x"}
+    assert [(c.tensor, c.mismatched, c.total) for c in mismatch.comparisons] == [("x", 1, 3)]
+    assert results["ok"].first_divergence == {"second": None}
+
+    pids = [int(p.read_text()) for p in tmp_path.glob("*/stages/*/*pid")]
+    assert len(pids) > 20 and (tmp_path / "grandchild/stages/second/grandchild.pid").exists()
+    assert [pid for pid in pids if not gone(pid)] == []
+
+    loud = tmp_path / "loud/stages/second"
+    for name in ("stdout.log", "stderr.log"):
+        text = (loud / name).read_text()
+        assert len(text) < LOG_CAP + 200 and "bytes cut from the middle" in text
+        assert text.rstrip().endswith(f"the end of {name.split('.')[0]}")
+    assert "cut" in stages["loud"]["second"].reason
+
+    assert summary.count(True) == 8 and summary.count(False) == 0 and summary.count(None) == 1
+    assert read_summary(tmp_path) == summary  # records round-trip through summary.json
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert set(data) == {"run", "variants"}
+    assert {"started", "finished", "argv", "env"} <= set(data["run"])
+    first = data["variants"][0]
+    assert {
+        "case",
+        "variant",
+        "outcome",
+        "expected",
+        "passed",
+        "seconds",
+        "stages",
+        "comparisons",
+        "first_divergence",
+    } <= set(first)
+    assert set(first["stages"][0]) >= {
+        "name",
+        "backend",
+        "status",
+        "returncode",
+        "signal",
+        "seconds",
+    }
+    assert (tmp_path / "ok/repro.py").is_file()
+    assert (tmp_path / "ok/stages/second/tensors.pt").is_file()
+
+
+def test_two_slots_give_the_same_outcomes_as_one(tmp_path):
+    names = ["ok", "mismatch", "raise", "abort", "hang", "cuda", "badlist"]
+    one = run_faulty(tmp_path / "one", names, jobs=1)
+    two = run_faulty(tmp_path / "two", names, jobs=2)
+    assert [(v.label, v.outcome, v.reason) for v in one.variants] == [
+        (v.label, v.outcome, v.reason) for v in two.variants
+    ]
+    assert [v.label for v in one.variants] == names  # the summary keeps the order given
+
+
+def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
+    with filelock.FileLock(tmp_path / ".reprokit.lock"):
+        with pytest.raises(ReprokitError, match="another reprokit run"):
+            run_faulty(tmp_path, ["ok"], jobs=1)
+
+
+def test_a_rerun_clears_the_old_stage_files(tmp_path):
+    stale = tmp_path / "raise/stages/second/tensors.pt"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("old")
+    summary = run_faulty(tmp_path, ["raise"], jobs=1)
+    assert summary.variants[0].outcome is Outcome.ERROR and not stale.exists()
+
+
+@pytest.mark.parametrize(
+    ("listing", "problem"),
+    [
+        ("nope", "not JSON"),
+        ("[]", "non-empty"),
+        ('[{"name": "a", "backend": "tpu9"}]', "unknown backend"),
+        ('[{"name": "a", "backend": "cpu", "needs": ["b"]}]', "unknown stage 'b'"),
+        ('[{"name": "a", "backend": "cpu", "reference": "z"}]', "unknown stage 'z'"),
+        ('[{"name": "a", "backend": "cpu"}, {"name": "a", "backend": "cpu"}]', "same name"),
+        (
+            '[{"name": "a", "backend": "cpu", "needs": ["b"]},'
+            ' {"name": "b", "backend": "cpu", "needs": ["a"]}]',
+            "cycle",
+        ),
+    ],
+)
+def test_a_bad_stage_listing_is_named(listing, problem):
+    with pytest.raises(ValueError, match=problem):
+        parse_stages(listing)
+
+
+def test_keyword_expressions_work_like_pytest_k():
+    labels = ["xser_to_spmd[default]", "xser_to_spmd[highest]", "ok", "mismatch"]
+    assert select(labels, "spmd and not high", str) == ["xser_to_spmd[default]"]
+    assert select(labels, "ok or MISMATCH", str) == ["ok", "mismatch"]
+    assert select(labels, "not (spmd or ok)", str) == ["mismatch"]
+    assert select(labels, None, str) == labels
+    assert matches("ok", "ok")
+    for bad in ("and", "ok and", "(ok", "ok)"):
+        with pytest.raises(ReprokitError, match="bad -k expression"):
+            select(labels, bad, str)
+
+
+def test_cli_exit_codes(cli, tmp_path):
+    common = ["--cases", CASES, "--templates", TEMPLATES, "--timeout", TIMEOUT]
+    passing = cli("run", "ok", "raise", "-o", tmp_path / "a", "-n", "2", *common)
+    assert passing.exit_code == 0, passing.output
+    assert (
+        "2 passed, 0 failed, 0 skipped" in passing.output and str(tmp_path / "a") in passing.output
+    )
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text((CASES / "abort.toml").read_text().replace('"crash"', '"match"'))
+    failing = cli("run", wrong, "ok", "-o", tmp_path / "b", *common)
+    assert failing.exit_code == 1, failing.output
+    assert "FAIL  wrong  crash (expected match)" in failing.output
+    assert "1 passed, 1 failed" in failing.output
+    assert cli("run", "ok", "-n", "zero", *common).exit_code == 2
+    nothing = cli("run", "ok", "-k", "nothing_like_it", *common)
+    assert nothing.exit_code == 2 and "no variant matches" in nothing.output
+    assert cli("run", "ok", "--xla-device", "GPU9", *common).exit_code == 2
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_keeps_what_finished_and_exits_130(tmp_path, signum):
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "reprokit",
+        "run",
+        "ok",
+        "hang",
+        "-n",
+        "1",
+        "-o",
+        run_dir,
+        "--cases",
+        CASES,
+        "--templates",
+        TEMPLATES,
+        "--timeout",
+        "600",
+    ]
+    child = subprocess.Popen(
+        list(map(str, command)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    hanging = run_dir / "hang/stages/second/pid"
+    try:
+        _wait_for(lambda: hanging.exists() and hanging.read_text(), child)
+        child.send_signal(signum)
+        output, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 130, output.decode()
+    summary = read_summary(run_dir)
+    assert summary.interrupted and [v.label for v in summary.variants] == ["ok"]
+    assert summary.variants[0].outcome is Outcome.MATCH
+    assert gone(int(hanging.read_text()))
+    assert b"interrupted" in output
+
+
+def _wait_for(condition, child: subprocess.Popen, limit: float = 300) -> None:
+    """Poll until ``condition()`` holds; fail (not hang) if the child ends or never gets there."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert child.poll() is None, child.stdout.read().decode() if child.stdout else ""
+        assert time.monotonic() < deadline, "the run never reached the point to interrupt"
+        time.sleep(0.05)
+
+
+def test_the_harness_sets_each_backends_environment(tmp_path):
+    template = tmp_path / "templates/envs.py.j2"
+    template.parent.mkdir()
+    template.write_text(
+        textwrap.dedent("""\
+        import argparse, json, os, sys
+        from pathlib import Path
+        STAGES = [{"name": b, "backend": b, "needs": [], "reference": None}
+                  for b in ("cpu", "xla", "xla_spmd", "xla_multicore")]
+        args = argparse.ArgumentParser()
+        args.add_argument("--list-stages", action="store_true")
+        for option in ("--stage", "--workdir", "--xla-device"):
+            args.add_argument(option)
+        args = args.parse_args()
+        if args.list_stages:
+            print(json.dumps(STAGES)); sys.exit(0)
+        out = Path(args.workdir) / args.stage
+        out.mkdir(parents=True, exist_ok=True)
+        keys = ("PJRT_DEVICE", "CPU_NUM_DEVICES")
+        (out / "env.json").write_text(json.dumps({k: os.environ.get(k) for k in keys}))
+    """)
+    )
+    case = tmp_path / "envs.toml"
+    case.write_text('[case]\ntitle = "environments"\ntemplate = "envs"\n')
+    variants = load_variants([str(case)], templates=[template.parent])
+    env = {k: v for k, v in os.environ.items() if k not in ("PJRT_DEVICE", "CPU_NUM_DEVICES")}
+    options = Options(jobs=2, templates=(template.parent,))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "environ", env)
+        summary = run(variants, run_dir=tmp_path / "run", options=options)
+    assert summary.variants[0].outcome is Outcome.MATCH
+    seen = {
+        backend: json.loads((tmp_path / f"run/envs/stages/{backend}/env.json").read_text())
+        for backend in ("cpu", "xla", "xla_spmd", "xla_multicore")
+    }
+    assert seen == {
+        "cpu": {"PJRT_DEVICE": None, "CPU_NUM_DEVICES": None},
+        "xla": {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": None},
+        "xla_spmd": {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"},
+        "xla_multicore": {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"},
+    }
+
+
+def test_the_seed_case_runs_end_to_end_and_matches(cli, tmp_path):
+    result = cli("run", "xser_to_spmd", "-n", "2", "-o", tmp_path)
+    assert result.exit_code == 0, result.output
+    (seed,) = read_summary(tmp_path).variants
+    assert seed.outcome is Outcome.MATCH and seed.passed
+    assert [s.name for s in seed.stages] == ["train_multicore", "convert", "eval_cpu", "eval_spmd"]
+    assert all(s.status is Status.OK for s in seed.stages)
+    assert {"output", "loss"} <= {c.tensor for c in seed.comparisons}
+    assert seed.first_divergence == {"eval_spmd": None}
