@@ -74,7 +74,7 @@ def open_checkpoint(path: Path | str) -> Checkpoint:
         raise ReprokitError("no such file or folder", path)
     if path.is_dir():
         step = _dcp_folder(path)
-        with _reading(step):
+        with _reading(step / ".metadata"):
             return Checkpoint(step, "distributed checkpoint", _dcp_loaders(step))
     with _reading(path):
         if path.suffix == ".safetensors":
@@ -92,12 +92,11 @@ def _reading(path: Path) -> Iterator[None]:
     except ReprokitError:
         raise
     except pickle.UnpicklingError as exc:
-        raise ReprokitError(
-            "refused to load: the file holds a pickle that could run code",
-            path,
-            hint=f"{_CODE_HINT} {str(exc).strip()[:300]}",
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        raise _unpickling_error(path, exc) from None
+    except (
+        RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError, AttributeError,
+        zipfile.BadZipFile,
+    ) as exc:  # fmt: skip
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReprokitError(
             f"cannot read the checkpoint: {first[:300]}",
@@ -105,6 +104,25 @@ def _reading(path: Path) -> Iterator[None]:
             hint="Is the file complete, and is it a torch.save, xser, distributed checkpoint "
             "or safetensors file?",
         ) from None
+
+
+def _unpickling_error(path: Path, exc: Exception) -> ReprokitError:
+    """A pickle naming code to run (a global that is not allowed) is refused as such; any
+    other unpickling failure is a damaged file."""
+    text = str(exc).partition("WeightsUnpickler error:")[2] or str(exc)
+    detail = " ".join(text.split()).partition(" Please use ")[0].partition(" Check the doc")[0]
+    detail = detail[:300]
+    if "global" in detail.lower() or "reduce" in detail.lower():
+        return ReprokitError(
+            "refused to load: the file holds a pickle that could run code",
+            path,
+            hint=f"{_CODE_HINT} {detail}",
+        )
+    return ReprokitError(
+        f"cannot read the checkpoint: not a valid pickle ({detail})",
+        path,
+        hint="Is the file complete, and is it a checkpoint?",
+    )
 
 
 # -- torch.save ------------------------------------------------------------------------------
@@ -234,6 +252,7 @@ _DCP_ALLOWED = {
     "torch.serialization": {"_get_layout"},
     "torch": {"Size"},
     "collections": {"OrderedDict"},
+    "pathlib": {"PosixPath", "PurePosixPath", "PureWindowsPath"},  # StorageMeta.checkpoint_id
 }  # fmt: skip
 
 
@@ -245,7 +264,7 @@ class _MetadataUnpickler(pickle.Unpickler):
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
-        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a checkpoint's metadata")
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a .metadata")
 
 
 def _dcp_loaders(step: Path) -> dict[str, Loader]:
@@ -253,14 +272,16 @@ def _dcp_loaders(step: Path) -> dict[str, Loader]:
 
     with (step / ".metadata").open("rb") as f:
         metadata = _MetadataUnpickler(f).load()
-    chunks: dict[str, list[Any]] = {}
-    for index, info in metadata.storage_data.items():
-        chunks.setdefault(index.fqn, []).append((tuple(index.offset), info))
-    return {
-        key: _dcp_tensor(step, meta, chunks.get(key, []))
+    tensors = {
+        key: meta
         for key, meta in metadata.state_dict_metadata.items()
         if isinstance(meta, TensorStorageMetadata)  # the rest are pickled Python values
     }
+    chunks: dict[str, list[Any]] = {key: [] for key in tensors}
+    for index, info in metadata.storage_data.items():
+        if index.fqn in chunks:
+            chunks[index.fqn].append((tuple(index.offset), info))
+    return {key: _dcp_tensor(step, meta, chunks[key]) for key, meta in tensors.items()}
 
 
 def _dcp_tensor(step: Path, meta: Any, chunks: list[Any]) -> Loader:

@@ -271,7 +271,7 @@ def divergence_summary(comparisons: Iterable[Comparison]) -> str:
     compared = [c for c in comparisons if c.shape is not None]
     first = first_divergence(compared)
     if first is None:
-        return f"all {len(compared)} tensors agree" if compared else "nothing to compare"
+        return f"all {len(compared)} tensors agree" if compared else "no tensor name in common"
     before = compared[: compared.index(first)]
     if first.note:
         why = first.note
