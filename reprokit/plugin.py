@@ -153,7 +153,10 @@ def failure_message(result: VariantResult, folder: Path) -> str:
     if failed is not None:
         log = "list-stages." if failed.name == "--list-stages" else f"stages/{failed.name}/"
         tail = _tail(folder / f"{log}stderr.log", 6)
-        lines += [f"  {failed.name} stderr (last lines):", *(f"    {t}" for t in tail)]
+        if tail:
+            lines += [f"  {failed.name} stderr (last lines):", *(f"    {t}" for t in tail)]
+        else:
+            lines.append(f"  {failed.name} printed nothing on stderr")
     lines.append(f"  run folder: {folder}")
     return "\n".join(lines)
 

@@ -1,0 +1,108 @@
+"""The pytest plugin: case files as test items, failures in a few lines, the same outcomes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from reprokit.cases import load_variants
+from reprokit.run import Options, run
+
+DATA = Path(__file__).parent / "data"
+CASES, TEMPLATES = DATA / "cases", DATA / "templates"
+ROOT = Path(__file__).parent.parent
+
+
+def pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run pytest in ``folder`` (its own rootdir: none of this project's settings apply)."""
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--rootdir={folder}"]
+    command += [f"--reprokit-templates={TEMPLATES}", "--reprokit-timeout=10", *args]
+    return subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
+
+
+def copy_cases(folder: Path, *names: str, expect: dict[str, str] | None = None) -> None:
+    for name in names:
+        text = (CASES / f"{name}.toml").read_text()
+        if expect and name in expect:
+            text = text.split("[expect]")[0] + f'[expect]\noutcome = "{expect[name]}"\n'
+        (folder / f"{name}.toml").write_text(text)
+
+
+def test_failures_read_like_pytest_approx(tmp_path):
+    copy_cases(
+        tmp_path, "ok", "mismatch", "raise", "cuda", expect={"mismatch": "match", "raise": "match"}
+    )
+    done = pytest_in(tmp_path, "-rA", "-q")
+    output = done.stdout
+    assert done.returncode == 1, output + done.stderr
+    assert "2 failed, 1 passed, 1 skipped" in output
+    assert "outcome mismatch, expected match: 1 of 1 tensors outside tolerance" in output
+    assert "second vs first: x float32 [3]: 1 / 3 mismatched" in output
+    assert "max abs diff 1, max rel diff 0.333" in output
+    assert "outcome error, expected match: second exited with code 1" in output
+    assert "RuntimeError: the second stage fails on purpose" in output  # the stage's last words
+    assert "no NVIDIA GPU" in output  # the skip's reason
+    assert "Traceback" not in output.split("RuntimeError")[0].split("FAILURES")[1]
+
+
+def test_xdist_workers_agree_with_reprokit_run(tmp_path):
+    names = ["ok", "mismatch", "raise", "abort", "cuda", "badlist"]
+    copy_cases(tmp_path, *names)
+    done = pytest_in(tmp_path, "-n", "2", "-q", "--junitxml=junit.xml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    by_item = {
+        case.get("name"): prop.get("value")
+        for case in ET.parse(tmp_path / "junit.xml").iter("testcase")
+        for prop in case.iter("property")
+        if prop.get("name") == "outcome"
+    }
+    variants = load_variants(names, cases=[CASES], templates=[TEMPLATES])
+    options = Options(jobs=2, timeout=10, templates=(TEMPLATES,))
+    summary = run(variants, run_dir=tmp_path / "run", options=options)
+    assert by_item == {v.label: v.outcome.value for v in summary.variants}
+
+
+def test_only_case_files_are_collected(tmp_path):
+    copy_cases(tmp_path, "ok")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    (tmp_path / "other.toml").write_text("[tool]\nx = 1\n")
+    done = pytest_in(tmp_path, "--collect-only", "-q")
+    assert done.stdout.splitlines()[0] == "ok.toml::ok", done.stdout
+
+
+def test_a_broken_case_file_is_a_collection_error_without_traceback(tmp_path):
+    (tmp_path / "broken.toml").write_text('[case]\ntitle = "x"\ntemplate = "faulty"\nbogus = 1\n')
+    done = pytest_in(tmp_path, "-q")
+    assert done.returncode == 2
+    assert "broken.toml:4: unknown key 'bogus' in [case]" in done.stdout
+    assert "Traceback" not in done.stdout
+
+
+def test_the_project_tests_do_not_collect_the_fixture_cases(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "-q",
+            "tests/data",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ".toml::" not in done.stdout, done.stdout
+
+
+def test_the_builtin_cases_are_items(tmp_path):
+    shutil.copytree(ROOT / "cases", tmp_path / "cases")
+    done = pytest_in(tmp_path, "--collect-only", "-q", "cases")
+    assert "cases/xser_to_spmd.toml::xser_to_spmd" in done.stdout, done.stdout + done.stderr
