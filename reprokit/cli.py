@@ -19,6 +19,7 @@ from reprokit.cases import find_cases, load_case, load_variants, parse_sets, var
 from reprokit.compare import Comparison, diff_checkpoints, summarize
 from reprokit.errors import ReprokitError
 from reprokit.keywords import select
+from reprokit.minimize import minimize
 from reprokit.render import list_templates, render
 from reprokit.report import verdict, write_reports
 from reprokit.run import TIMEOUT, Interrupted, Options, default_run_dir, jobs, run
@@ -123,6 +124,18 @@ def list_(
     out.print(table)
 
 
+def _one_variant(case: str, sets: list[str], cases: list[Path], templates: list[Path]):
+    """The single variant a command works on; a case with a matrix must be pinned."""
+    found = load_variants([case], sets=parse_sets(sets), cases=cases, templates=templates)
+    if len(found) > 1:
+        raise ReprokitError(
+            f"the case has {len(found)} variants: {', '.join(v.label for v in found)}",
+            found[0].case.path,
+            hint=f"Pick one by fixing its matrix with --set ({', '.join(found[0].choice)}).",
+        )
+    return found[0]
+
+
 @app.command("render")
 @reports_errors
 def render_(
@@ -133,15 +146,7 @@ def render_(
     templates: TemplatesOpt = [],  # noqa: B006
 ) -> None:
     """The standalone script of one case (pin a matrix with --set)."""
-    found = load_variants([case], sets=parse_sets(set_), cases=cases, templates=templates)
-    if len(found) > 1:
-        axes = ", ".join(found[0].choice)
-        raise ReprokitError(
-            f"the case has {len(found)} variants: {', '.join(v.label for v in found)}",
-            found[0].case.path,
-            hint=f"Pick one by fixing its matrix with --set ({axes}).",
-        )
-    script = render(found[0], templates=templates)
+    script = render(_one_variant(case, set_, cases, templates), templates=templates)
     if output is None:
         typer.echo(script, nl=False)
         return
@@ -266,6 +271,48 @@ def _diff_row(c: Comparison) -> list[str]:
     shape = "x".join(map(str, c.shape or [])) or "scalar"
     stats = [f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.mismatched:,} / {c.total:,}"]
     return [escape(c.tensor), shape, str(c.dtype), *stats, mark]
+
+
+@app.command("minimize")
+@reports_errors
+def minimize_(
+    case: Annotated[str, typer.Argument(help="a case name or .toml path")],
+    set_: SetOpt = [],  # noqa: B006
+    n: Annotated[str, typer.Option("-n", help="candidates at once: N or auto")] = "1",
+    budget: Annotated[int, typer.Option("--budget", min=1, help="most candidate runs")] = 40,
+    output: Annotated[Path, typer.Option("-o", "--output", help="the output folder")] = Path(
+        "minimized"
+    ),
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds per stage")] = TIMEOUT,
+    xla_device: Annotated[str | None, typer.Option("--xla-device", help="CPU, TPU or CUDA")] = None,
+    cases: CasesOpt = [],  # noqa: B006
+    templates: TemplatesOpt = [],  # noqa: B006
+) -> None:
+    """Shrink a case to the smallest variant that still shows the same outcome.
+
+    Writes OUTPUT/minimal.toml, OUTPUT/repro.py and OUTPUT/minimize.json; a run folder that
+    `reprokit report` reads. Exit 0 done (or budget spent), 130 interrupted.
+    """
+    variant = _one_variant(case, set_, cases, templates)
+    options = Options(
+        jobs=jobs(n),
+        timeout=timeout,
+        xla_device=backends.xla_device(xla_device),
+        templates=tuple(templates),
+    )
+    report = minimize(variant, out_dir=output, options=options, budget=budget)
+    table = Table("parameter", "before", "after", title=f"Minimized: {report['target']}")
+    for change in report["changes"]:
+        table.add_row(change["param"], repr(change["before"]), repr(change["after"]))
+    out.print(table)
+    lines = report["lines"]
+    out.print(
+        f"script {lines[0]} -> {lines[1]} lines; {report['candidates']} candidate runs, "
+        f"{report['cache_hits']} cache hits, {report['seconds']} s ({report['stopped']}); "
+        f"wrote {output}/minimal.toml and {output}/repro.py",
+        highlight=False,
+    )
+    raise typer.Exit(130 if report["stopped"] == "interrupted" else 0)
 
 
 def main() -> None:

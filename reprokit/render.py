@@ -7,6 +7,7 @@ TOML, its declarations, so that a user's template is a single file too::
     title = "What the scenario shows"
     [params]
     layers = {type = "int", default = 2, min = 1, help = "hidden layers of the MLP"}
+    seed = {type = "int", default = 0, help = "the seed", minimize = false}
     -#}
 
 Every value from a case reaches the script as a Python literal (``repr`` of the checked
@@ -66,6 +67,7 @@ class Param:
     default: Any = _REQUIRED
     min: float | None = None
     choices: tuple[Any, ...] | None = None
+    minimize: bool = True  # false: `reprokit minimize` leaves it alone (a seed, a test knob)
 
     @property
     def required(self) -> bool:
@@ -164,6 +166,7 @@ def _param(path: Path, key: str, decl: Any) -> Param:
         decl.get("default", _REQUIRED),
         decl.get("min"),
         tuple(choices) if choices is not None else None,
+        bool(decl.get("minimize", True)),
     )
     if not param.required and (problem := param.problem(param.default)):
         raise ReprokitError(f"the default of parameter {key!r} {problem}", path)

@@ -103,7 +103,7 @@ def markdown(summary: RunSummary, run_dir: Path, limit: int = GITHUB_BODY_LIMIT)
 
 
 def _markdown(summary, run_dir, failing, budget: Budget) -> str:
-    parts = [f"**reprokit**: {verdict(summary)}", ""]
+    parts = [f"**reprokit**: {verdict(summary)}", "", *minimized(run_dir)]
     for index, variant in enumerate(failing[: budget.variants]):
         parts += _variant_section(variant, run_dir, budget.rows, inline=index < budget.scripts)
     if budget.result_rows:
@@ -158,6 +158,22 @@ def _variant_section(variant: VariantResult, run_dir: Path, rows: int, inline: b
             "",
         ]
     return lines
+
+
+def minimized(run_dir: Path) -> list[str]:
+    """ "Minimized from ... to ..." when the folder is one `reprokit minimize` wrote."""
+    path = Path(run_dir) / "minimize.json"
+    if not path.is_file():
+        return []
+    found = json.loads(path.read_text("utf-8"))
+    before = ", ".join(f"{c['param']}={c['before']!r}" for c in found["changes"])
+    after = ", ".join(f"{c['param']}={c['after']!r}" for c in found["changes"])
+    lines = found["lines"]
+    return [
+        f"Minimized from `{before}` to `{after}` (script {lines[0]} -> {lines[1]} lines, "
+        f"{found['candidates']} candidate runs), still {found['target']}.",
+        "",
+    ]
 
 
 def divergence_lines(variant: VariantResult) -> list[str]:

@@ -1,0 +1,73 @@
+"""reprokit minimize as users call it: an injected divergence and a crash shrink to the
+smallest variants that still show them, the result reproduces on its own, the budget and the
+cache hold."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data" / "minimize"
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPROKIT_CACHE", str(tmp_path / "cache"))
+
+
+def minimize(cli, out: Path, case: str, *extra: str):
+    result = cli("minimize", DATA / case, "--templates", DATA, "-o", out, *extra)
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "minimize.json").read_text()), result
+
+
+def minimal_params(out: Path) -> dict:
+    return tomllib.loads((out / "minimal.toml").read_text()).get("params", {})
+
+
+def test_injected_divergence_shrinks_to_the_injected_layer(cli, tmp_path):
+    report, result = minimize(cli, tmp_path / "m", "diverge.toml", "-n", "2")
+    assert report["target"] == "mismatch (act.#)"
+    assert minimal_params(tmp_path / "m") == {
+        "layers": 4,
+        "width": 1,
+        "steps": 1,
+        "optimizer": "sgd",
+    }
+    assert report["candidates"] <= 40
+    assert "layers" in result.stdout and "8" in result.stdout
+    # the minimal case reproduces on its own, through the ordinary runner
+    rerun = cli("run", tmp_path / "m" / "minimal.toml", "--templates", DATA, "-o", tmp_path / "r")
+    assert rerun.exit_code == 0, rerun.output  # its expect is mismatch, and it mismatches
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["variants"][0]["first_divergence"] == {"target": "act.3"}
+    # the report of the minimize folder says what was minimized
+    assert cli("report", tmp_path / "m", "--format", "md").exit_code == 0
+    assert "Minimized from `layers=8" in (tmp_path / "m" / "report.md").read_text()
+    # a second call finds every candidate in the cache: nothing runs twice
+    again, _ = minimize(cli, tmp_path / "m2", "diverge.toml", "-n", "2")
+    assert again["candidates"] == 0
+    assert again["cache_hits"] >= report["candidates"]
+    assert minimal_params(tmp_path / "m2") == minimal_params(tmp_path / "m")
+
+
+def test_crash_shrinks_and_still_crashes(cli, tmp_path):
+    report, _ = minimize(cli, tmp_path / "m", "crashes.toml", "-n", "2")
+    assert report["target"] == "crash (target)"
+    assert minimal_params(tmp_path / "m")["layers"] == 3
+    rerun = cli("run", tmp_path / "m" / "minimal.toml", "--templates", DATA, "-o", tmp_path / "r")
+    assert rerun.exit_code == 0, rerun.output  # expect crash, and it crashes
+    assert (
+        json.loads((tmp_path / "r" / "summary.json").read_text())["variants"][0]["outcome"]
+        == "crash"
+    )
+
+
+def test_budget_stops_with_the_best_so_far(cli, tmp_path):
+    report, _ = minimize(cli, tmp_path / "m", "diverge.toml", "--budget", "3")
+    assert report["candidates"] == 3
+    assert report["stopped"] == "budget"
+    assert (tmp_path / "m" / "minimal.toml").is_file() and (tmp_path / "m" / "repro.py").is_file()
