@@ -18,6 +18,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import datetime
+import functools
+import importlib
 import os
 import shutil
 import signal
@@ -296,6 +298,8 @@ class _Scheduler:
             state.stages, state.results = [Stage(result.name, "cpu")], {result.name: result}
             return
         state.stages = stages
+        if any(stage.reference for stage in stages):
+            _prewarm_compare()
         for stage in stages:
             if why := backends.unavailable(stage.backend):
                 state.results[stage.name] = StageResult(
@@ -349,6 +353,17 @@ class _Scheduler:
         self._write()
         if self.reporter:
             self.reporter.variant_finished(result)
+
+
+@functools.cache
+def _prewarm_compare() -> None:
+    """Import torch (for the comparisons) in the background while the first stages run.
+
+    It takes seconds; done at the first verdict instead, it would add them to the run.
+    """
+    threading.Thread(
+        target=importlib.import_module, args=("reprokit.compare",), daemon=True
+    ).start()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,55 @@
+"""Parallel speed-up: a suite of cheap variants with ``reprokit run -n 2`` vs ``-n 1``.
+
+    .venv/bin/python bench/parallel.py [--repeat 1] [--jobs 2]
+
+The suite is bench/cases/bench_matmul.toml: eight variants, each a CPU stage and an XLA stage
+(a small matmul, compared), so process start-up and imports dominate, as they do for most
+repros. Both runs are timed side by side, interleaved; the ratio of the medians is printed
+(target on a 2-core machine: -n 2 takes at most 0.60 of the time of -n 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+
+def suite(run_dir: Path, jobs: int) -> float:
+    command = [sys.executable, "-m", "reprokit", "run", "bench_matmul", "-n", str(jobs)]
+    command += ["--cases", str(BENCH / "cases"), "--templates", str(BENCH / "templates")]
+    start = time.perf_counter()
+    done = subprocess.run([*command, "-o", str(run_dir)], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"reprokit run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=2, help="the parallel side's -n")
+    args = parser.parse_args()
+    one: list[float] = []
+    many: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
+        for i in range(args.repeat):
+            one.append(suite(Path(tmp) / f"one{i}", 1))
+            many.append(suite(Path(tmp) / f"many{i}", args.jobs))
+            print(f"round {i + 1}: -n 1 {one[-1]:.1f} s, -n {args.jobs} {many[-1]:.1f} s")
+    ratio = statistics.median(many) / statistics.median(one)
+    print(
+        f"\n8 variants x 2 stages (cpu, xla): -n 1 {statistics.median(one):.1f} s, "
+        f"-n {args.jobs} {statistics.median(many):.1f} s, ratio {ratio:.2f} (target <= 0.60)"
+    )
+
+
+if __name__ == "__main__":
+    main()

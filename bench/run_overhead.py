@@ -1,0 +1,73 @@
+"""Harness overhead: ``reprokit run`` of one variant vs its stages run bare, one after the other.
+
+    .venv/bin/python bench/run_overhead.py [--case xser_to_spmd] [--repeat 3]
+
+"Bare" is what a maintainer would type: ``python repro.py --stage S --workdir W`` for each
+stage in DAG order, nothing else (no listing, no comparison, no logs). ``reprokit run`` does
+all of that too: CLI start-up, rendering, ``--list-stages``, a process per stage with capped
+logs, the comparison and summary.json. Both are timed side by side, interleaved, ``--repeat``
+times; medians and their ratios are printed (target: at most 1.10 with ``-n 1``; with
+``-n 2``, independent stages run side by side and the ratio may drop below 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from reprokit.cases import load_variants
+from reprokit.render import render
+
+
+def bare(script: Path, stages: list[str], workdir: Path) -> float:
+    start = time.perf_counter()
+    for stage in stages:
+        command = [sys.executable, str(script), "--stage", stage, "--workdir", str(workdir)]
+        subprocess.run([*command, "--xla-device", "CPU"], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def harness(case: str, run_dir: Path, jobs: int) -> float:
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "reprokit", "run", case, "-o", str(run_dir), "-n", str(jobs)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"reprokit run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", default="xser_to_spmd")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    (variant,) = load_variants([args.case])
+    with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
+        script = Path(tmp) / "repro.py"
+        script.write_text(render(variant))
+        listing = subprocess.run(
+            [sys.executable, str(script), "--list-stages"], capture_output=True, check=True
+        )
+        stages = [s["name"] for s in json.loads(listing.stdout)]
+        times: dict[str, list[float]] = {"bare": [], "run -n 1": [], "run -n 2": []}
+        for i in range(args.repeat):  # interleaved, so that a busy spell hits all three alike
+            times["bare"].append(bare(script, stages, Path(tmp) / f"bare{i}"))
+            times["run -n 1"].append(harness(args.case, Path(tmp) / f"one{i}", 1))
+            times["run -n 2"].append(harness(args.case, Path(tmp) / f"two{i}", 2))
+            print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\n{args.case}: stages {', '.join(stages)}; medians of {args.repeat} rounds")
+    for name, seconds in medians.items():
+        print(f"  {name:<10} {seconds:6.1f} s   ratio to bare {seconds / medians['bare']:.2f}")
+    print("target: run -n 1 / bare <= 1.10")
+
+
+if __name__ == "__main__":
+    main()
