@@ -175,9 +175,9 @@ def _tally(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: floa
 def _tally_chunk(
     tally: _Tally, a: torch.Tensor, e: torch.Tensor, start: int, rtol: float, atol: float
 ) -> None:
-    both_nan = a.isnan() & e.isnan()
-    diff = torch.where(both_nan, 0.0, (a - e).abs()).nan_to_num(math.inf)
-    rel = torch.where(diff == 0, 0.0, diff / e.abs())
+    same = (a == e) | (a.isnan() & e.isnan())  # equal infinities and NaNs differ by nothing
+    diff = torch.where(same, 0.0, (a - e).abs()).nan_to_num(math.inf, math.inf)
+    rel = torch.where(diff == 0, 0.0, diff / e.abs()).nan_to_num(math.inf, math.inf)
     close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
     mismatched = int((~close).sum())
     tally.max_abs = _nan_max(tally.max_abs, diff.max().item())
