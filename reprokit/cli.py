@@ -214,6 +214,8 @@ def run_(
     except Interrupted as stopped:
         out.print(progress.closing_line(stopped.summary, run_dir, time.monotonic() - start))
         raise typer.Exit(130) from None
+    except KeyboardInterrupt:  # before any stage started: nothing to keep
+        raise typer.Exit(130) from None
     out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
     raise typer.Exit(1 if summary.count(False) else 0)
 

@@ -11,6 +11,7 @@ missing here. Items on an exclusive accelerator share an ``xdist_group`` (use
 from __future__ import annotations
 
 import glob
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,7 +108,7 @@ class CaseItem(pytest.Item):
 
         config = self.config
         options = Options(
-            jobs=1 if hasattr(config, "workerinput") else 2,  # under xdist, one core per item
+            jobs=1 if hasattr(config, "workerinput") else os.cpu_count() or 1,  # xdist: 1 each
             timeout=config.getoption("reprokit_timeout") or TIMEOUT,
             xla_device=backends.xla_device(config.getoption("reprokit_xla_device")),
             templates=_templates(config),

@@ -39,6 +39,7 @@ from reprokit.dag import Stage, blocked, parse_stages
 from reprokit.errors import ReprokitError
 from reprokit.procs import GRACE, LOG_CAP, Status, run_process
 from reprokit.records import RunSummary, StageResult, VariantResult, run_env, write_summary
+from reprokit.redact import redact_text
 from reprokit.render import render
 from reprokit.verdict import verdict
 
@@ -115,7 +116,8 @@ def run(
     try:
         unique = {v.label: v for v in variants}  # a case named twice runs once
         states = [_prepare(i, v, run_dir, options) for i, v in enumerate(unique.values())]
-        return _Scheduler(states, run_dir, options, reporter).run(tuple(argv))
+        argv = tuple(redact_text(arg) for arg in argv)  # a --set may carry a token
+        return _Scheduler(states, run_dir, options, reporter).run(argv)
     finally:
         lock.release()
 
