@@ -188,9 +188,16 @@ def _tally_chunk(
     tally.inf = [tally.inf[0] + int(e.isinf().sum()), tally.inf[1] + int(a.isinf().sum())]
     if mismatched:
         key = torch.where(close, -1.0, diff)
-        values, indices = torch.topk(key, min(WORST, mismatched))
-        for value, i in zip(values.tolist(), indices.tolist(), strict=True):
-            tally.worst.append((value, start + i, a[i].item(), e[i].item()))
+        for i in _largest(key, min(WORST, mismatched)).tolist():
+            tally.worst.append((key[i].item(), start + i, a[i].item(), e[i].item()))
+
+
+def _largest(key: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the ``k`` largest values, ties to the lowest index, so that the worst
+    elements shown do not depend on how the tensor was cut into chunks."""
+    kth = torch.topk(key, k).values[-1]
+    above = (key > kth).nonzero().flatten()
+    return torch.cat([above, (key == kth).nonzero().flatten()[: k - above.numel()]])
 
 
 def _nan_max(x: float, y: float) -> float:

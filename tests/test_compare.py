@@ -1,0 +1,125 @@
+"""The comparison engine: per-tensor numbers, chunking that changes nothing, JSON round trips,
+and first-divergence localisation on a real run of the seed template."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from reprokit import compare
+from reprokit.cases import load_variants
+from reprokit.compare import (
+    Comparison,
+    compare_tensor,
+    compare_tensors,
+    divergence_summary,
+    first_divergence,
+    load_tensors,
+    summarize,
+)
+from reprokit.render import render
+
+
+def pairs() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Reference/target pairs with every kind of difference: small, large, NaN, inf, -0."""
+    torch.manual_seed(0)
+    base = torch.randn(5, 7)
+    noisy = base + torch.randn(5, 7) * 1e-3
+    special = base.clone()
+    special[0, :4] = torch.tensor([float("nan"), float("inf"), -0.0, 1e30])
+    target = special.clone()
+    target[0, 0], target[0, 1], target[1, 1] = float("nan"), float("-inf"), float("nan")
+    return [
+        (base, base.clone()),
+        (base, noisy),
+        (special, target),
+        (base.double(), noisy.double()),
+        (base.bfloat16(), noisy.bfloat16()),
+        (torch.arange(12).reshape(3, 4), torch.arange(12).reshape(3, 4).flip(0)),
+        (torch.tensor(1.5), torch.tensor(2.5)),
+        (torch.ones(0, 3), torch.ones(0, 3)),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(pairs())))
+def test_chunked_comparison_gives_the_same_result(monkeypatch, index):
+    expected, actual = pairs()[index]
+    whole = compare_tensor("t", expected, actual)
+    monkeypatch.setattr(compare, "CHUNK", 3)  # many chunks, some of one element
+    assert compare_tensor("t", expected, actual).to_json() == whole.to_json()
+
+
+def test_numbers_of_one_comparison():
+    expected = torch.tensor([[1.0, 2.0], [3.0, float("nan")]])
+    actual = torch.tensor([[1.0, 2.5], [3.0, float("nan")]])
+    c = compare_tensor("w", expected, actual, rtol=0.0, atol=0.1)
+    assert (c.mismatched, c.total, c.allclose, c.equal) == (1, 4, False, False)
+    assert (c.max_abs, c.max_rel, c.nan) == (0.5, 0.25, (1, 1))
+    assert c.worst == [{"index": [0, 1], "target": 2.5, "reference": 2.0}]
+    assert "1 / 4 mismatched" in c.describe() and "at [0, 1]: 2.5 vs 2.0" in c.describe()
+
+
+def test_same_values_nan_and_inf_in_place_are_equal():
+    t = torch.tensor([1.0, float("nan"), float("inf"), -float("inf")])
+    c = compare_tensor("t", t, t.clone())
+    assert c.allclose and c.equal and c.max_abs == 0.0
+    assert c.nan == (1, 1) and c.inf == (2, 2)
+
+
+def test_shape_and_dtype_mismatches_are_reported_not_raised():
+    shape = compare_tensor("s", torch.ones(2, 3), torch.ones(3, 2))
+    assert not shape.allclose and "shape [3, 2] vs [2, 3]" in shape.describe()
+    dtype = compare_tensor("d", torch.ones(3), torch.ones(3, dtype=torch.float16))
+    assert not dtype.allclose and dtype.mismatched == 0 and "dtype" in dtype.note
+
+
+def test_json_round_trip_is_valid_json_even_with_nan_and_inf():
+    expected, actual = pairs()[2]
+    comparisons = compare_tensors({"a": expected, "gone": expected}, {"a": actual, "new": actual})
+    text = json.dumps([c.to_json() for c in comparisons], allow_nan=False)
+    back = [Comparison.from_json(d) for d in json.loads(text)]
+    assert [c.to_json() for c in back] == [c.to_json() for c in comparisons]
+    summary = summarize(comparisons)
+    assert summary["only_in_reference"] == ["gone"] and summary["only_in_target"] == ["new"]
+
+
+def fake_run(bad: set[str]) -> list[Comparison]:
+    names = ["param.0.weight", "act.0", "act.1", "act.2", "output"]
+    ones = {n: torch.ones(4) for n in names}
+    return compare_tensors(ones, {n: torch.ones(4) * (2 if n in bad else 1) for n in names})
+
+
+def test_divergence_summary_in_words():
+    assert divergence_summary(fake_run(set())) == "all 5 tensors agree"
+    assert divergence_summary(fake_run({"act.1", "act.2"})).startswith(
+        "param.0.weight-act.0 agree; act.1 is the first to differ (4 / 4 mismatched, max abs 1)"
+    )
+    assert divergence_summary(fake_run({"param.0.weight"})).startswith("param.0.weight is the")
+    assert first_divergence(fake_run({"act.2"})).tensor == "act.2"
+
+
+def test_capture_activations_finds_the_perturbed_layer(tmp_path):
+    """The seed template with forward hooks on, 1e-3 added to layer 1's output under SPMD:
+    act.0 agrees, act.1 is the first to differ, and the default script has no hooks at all."""
+    sets = {"capture_activations": True, "perturb_layer": 1, "train_steps": 1, "layers": 2}
+    (variant,) = load_variants(["xser_to_spmd"], sets=sets)
+    script = tmp_path / "repro.py"
+    script.write_text(render(variant))
+    ruff = [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", str(script)]
+    assert subprocess.run(ruff, capture_output=True).returncode == 0
+    run = [sys.executable, str(script), "--workdir", str(tmp_path / "w")]
+    result = subprocess.run(run, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]  # a mismatch
+    cpu, spmd = (load_tensors(tmp_path / "w" / s / "tensors.pt") for s in ("eval_cpu", "eval_spmd"))
+    comparisons = compare_tensors(cpu, spmd, reference="eval_cpu", target="eval_spmd")
+    names = [c.tensor for c in comparisons]
+    assert names.index("act.0") < names.index("act.1") < names.index("output")  # run order
+    assert first_divergence(comparisons).tensor == "act.1"
+    assert all(c.allclose for c in comparisons[: names.index("act.1")])
+    assert "act.1 is the first to differ" in divergence_summary(comparisons)
+    (plain,) = load_variants(["xser_to_spmd"])
+    assert "register_forward_hook" not in render(plain)
