@@ -298,3 +298,35 @@ def test_the_seed_case_runs_end_to_end_and_matches(cli, tmp_path):
     assert all(s.status is Status.OK for s in seed.stages)
     assert {"output", "loss"} <= {c.tensor for c in seed.comparisons}
     assert seed.first_divergence == {"eval_spmd": None}
+
+
+def test_stages_on_an_exclusive_device_never_overlap(tmp_path):
+    """Each stage claims the device with O_EXCL for a moment: a second holder would fail."""
+    template = tmp_path / "templates/claims.py.j2"
+    template.parent.mkdir()
+    template.write_text(
+        textwrap.dedent("""\
+        import argparse, json, os, sys, time
+        from pathlib import Path
+        STAGES = [{"name": f"s{i}", "backend": "xla", "needs": [], "reference": None}
+                  for i in range(4)]
+        args = argparse.ArgumentParser()
+        args.add_argument("--list-stages", action="store_true")
+        for option in ("--stage", "--workdir", "--xla-device"):
+            args.add_argument(option)
+        args = args.parse_args()
+        if args.list_stages:
+            print(json.dumps(STAGES)); sys.exit(0)
+        claim = Path(args.workdir).resolve().parent / "device.claim"
+        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # fails if another holds it
+        time.sleep(0.3)
+        os.close(fd)
+        os.unlink(claim)
+    """)
+    )
+    case = tmp_path / "claims.toml"
+    case.write_text('[case]\ntitle = "claims"\ntemplate = "claims"\n')
+    variants = load_variants([str(case)], templates=[template.parent])
+    options = Options(jobs=4, xla_device="TPU", templates=(template.parent,))
+    summary = run(variants, run_dir=tmp_path / "run", options=options)
+    assert [s.status for s in summary.variants[0].stages] == [Status.OK] * 4
