@@ -132,7 +132,8 @@ def _torch_loaders(path: Path) -> dict[str, Loader]:
     if not zipfile.is_zipfile(path):  # the legacy format cannot be memory-mapped: read it whole
         data = flatten(torch.load(path, map_location="cpu", weights_only=True), source=path)
         return {name: _constant(tensor) for name, tensor in data.items()}
-    return {name: _owned(tensor) for name, tensor in _mapped_load(path).items()}
+    data, mappings = _mapped_load(path), _mappings(path)
+    return {name: _owned(tensor, mappings) for name, tensor in data.items()}
 
 
 def _mapped_load(path: Path, extra_leaf: type | None = None) -> dict[str, Any]:
@@ -141,31 +142,60 @@ def _mapped_load(path: Path, extra_leaf: type | None = None) -> dict[str, Any]:
     return flatten(data, source=path, leaf=extra_leaf)
 
 
-def _owned(mapped: torch.Tensor) -> Loader:
+def _owned(mapped: torch.Tensor, mappings: list[tuple[int, int]]) -> Loader:
     """A copy of a memory-mapped tensor in ordinary memory; the file's pages that the copy
     read are then let go, else they would count in this process's memory until the end."""
 
     def load() -> torch.Tensor:
+        span = _span(mapped)
+        if span is None or not any(lo <= span[0] and span[1] <= hi for lo, hi in mappings):
+            return mapped  # not in the file's mapping (rebuilt in memory): nothing to let go
         tensor = mapped.clone()
-        _release(mapped)
+        _madvise_dontneed(*span)
         return tensor
 
     return load
 
 
-_MADV_DONTNEED = 4  # Linux's value; elsewhere pages are left to the kernel
-
-
-def _release(mapped: torch.Tensor) -> None:
-    """madvise(DONTNEED) over the tensor's storage: the pages of a private, unwritten file
-    mapping leave this process's resident set and are read again from the file if touched."""
-    libc = _libc()
-    storage = mapped.untyped_storage()
-    if libc is None or not storage.nbytes():
-        return
+def _span(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """The page-aligned address range of the tensor's storage."""
+    if tensor.layout != torch.strided or not tensor.untyped_storage().nbytes():
+        return None
+    storage = tensor.untyped_storage()
     start = storage.data_ptr() & ~(mmap.PAGESIZE - 1)
-    length = storage.data_ptr() + storage.nbytes() - start
-    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_DONTNEED)
+    return start, storage.data_ptr() + storage.nbytes()
+
+
+def _mappings(path: Path) -> list[tuple[int, int]]:
+    """Where this process has ``path`` mapped (Linux: /proc/self/maps), so that only pages of
+    the file, never ordinary memory, are let go."""
+    if _libc() is None or _big_endian(path):  # byte-swapped pages were written: keep them
+        return []
+    target, found = str(path.resolve()), []
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].rstrip("\n") == target:
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                found.append((lo, hi))
+    return found
+
+
+def _big_endian(path: Path) -> bool:
+    with zipfile.ZipFile(path) as archive:
+        names = [n for n in archive.namelist() if n.endswith("/byteorder")]
+        return bool(names) and archive.read(names[0]).strip() == b"big"
+
+
+_MADV_DONTNEED = 4  # Linux's value
+
+
+def _madvise_dontneed(start: int, end: int) -> None:
+    """The pages of a private, unwritten file mapping leave this process's resident set; they
+    are read again from the file (its page cache) if touched."""
+    libc = _libc()
+    if libc is not None:
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
 @cache
@@ -178,6 +208,10 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def _read_exact(path: Path, offset: int, nbytes: int) -> bytearray:
+    """Bytes at an offset the checkpoint's metadata names: checked against the file's size
+    before any memory is set aside for them."""
+    if offset < 0 or nbytes < 0 or offset + nbytes > path.stat().st_size:
+        raise EOFError(f"the {nbytes} bytes at offset {offset} lie beyond the end of the file")
     buffer = bytearray(nbytes)
     with path.open("rb") as f:
         f.seek(offset)
@@ -204,9 +238,11 @@ def _xser_loaders(path: Path) -> dict[str, Loader]:
     name = "torch_xla.utils.serialization.TensorReference"
     with torch.serialization.safe_globals([(_TensorReference, name)]):
         found = _mapped_load(path, extra_leaf=_TensorReference)
-    folder = Path(f"{path}.tensors")
+    folder, mappings = Path(f"{path}.tensors"), _mappings(path)
     return {
-        key: _xser_tensor(folder, ref) if isinstance(ref, _TensorReference) else _owned(ref)
+        key: _xser_tensor(folder, ref)
+        if isinstance(ref, _TensorReference)
+        else _owned(ref, mappings)
         for key, ref in found.items()
     }
 

@@ -7,6 +7,7 @@ tests/test_diff_cli.py; here everything is written in-process with plain torch.
 from __future__ import annotations
 
 import pickle
+import sys
 import warnings
 
 import pytest
@@ -160,3 +161,25 @@ def test_garbage_file_is_a_clear_error(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint at all" * 10)
     with pytest.raises(ReprokitError, match="cannot read"):
         open_checkpoint(tmp_path / "junk.pt")
+
+
+def resident_kib(path) -> int:
+    """How much of ``path`` this process holds mapped in memory (Linux's /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps", encoding="utf-8"):
+        if "-" in line.split(" ", 1)[0]:  # a mapping's first line: range, perms, ..., path
+            inside = line.rstrip("\n").endswith(str(path.resolve()))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_pages_of_a_read_tensor_do_not_stay_in_memory(tmp_path):
+    """Read one at a time, a big checkpoint must not pile up in this process's memory."""
+    path = tmp_path / "big.pt"
+    torch.save({f"t{i}": torch.full((2**18,), float(i)) for i in range(8)}, path)  # 8 MiB
+    checkpoint = open_checkpoint(path)
+    for i, name in enumerate(checkpoint):
+        assert checkpoint[name][-1].item() == i
+    assert resident_kib(path) < 1024  # less than one tensor's MiB, though all were read
