@@ -194,7 +194,7 @@ def shrink_once(search: Search) -> None:
             chunks = min(2 * chunks, len(pending))
     for name in pending:
         if params[name].type in ("int", "float"):
-            _bisect(search, name, params[name])
+            bisect_param(search, name, params[name])
 
 
 def _first_keeping(search: Search, groups: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -212,7 +212,7 @@ def _first_keeping(search: Search, groups: list[dict[str, Any]]) -> dict[str, An
     return None
 
 
-def _bisect(search: Search, name: str, param: Param) -> None:
+def bisect_param(search: Search, name: str, param: Param) -> None:
     """The smallest value between the simplest (which fails) and the current (which keeps)."""
     low, high = simplest(param), search.best[name]
     for _ in range(64 if param.type == "int" else 3):  # floats: a few rounds are enough
