@@ -322,45 +322,66 @@ def _dcp_loaders(step: Path) -> dict[str, Loader]:
 
 def _dcp_tensor(step: Path, meta: Any, chunks: list[Any]) -> Loader:
     def load() -> torch.Tensor:
-        tensor = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+        tensor, covered = torch.empty(tuple(meta.size), dtype=meta.properties.dtype), 0
         for offsets, info in chunks:
-            if info.transform_descriptors:
-                raise ValueError(f"chunks stored with {info.transform_descriptors} are unsupported")
             file = (step / info.relative_path).resolve()
-            if file.parent != step.resolve():  # a name of the file's choosing stays in the folder
-                raise ValueError(f"chunk file {info.relative_path!r} is outside the checkpoint")
-            raw = io.BytesIO(_read_exact(file, info.offset, info.length))
             with _reading(file):
-                chunk = torch.load(raw, map_location="cpu", weights_only=True)
-            view = tensor
-            for dim, (start, length) in enumerate(zip(offsets, chunk.shape, strict=True)):
-                view = view.narrow(dim, start, length)
-            view.copy_(chunk)
+                chunk = _dcp_chunk(step, file, info)
+                view = tensor
+                for dim, (start, length) in enumerate(zip(offsets, chunk.shape, strict=True)):
+                    view = view.narrow(dim, start, length)
+                view.copy_(chunk)
+                covered += chunk.numel()
+        if covered != tensor.numel():  # else some of it would be uninitialised memory
+            raise ValueError(f"its chunks hold {covered} of the {tensor.numel()} elements")
         return tensor
 
     return load
+
+
+def _dcp_chunk(step: Path, file: Path, info: Any) -> torch.Tensor:
+    """One saved chunk: a torch.save of a tensor at a byte range of a .distcp file."""
+    if info.transform_descriptors:
+        raise ValueError(f"chunks stored with {info.transform_descriptors} are unsupported")
+    if file.parent != step.resolve():  # a name of the metadata's choosing stays in the folder
+        raise ValueError(f"chunk file {info.relative_path!r} is outside the checkpoint")
+    raw = io.BytesIO(_read_exact(file, info.offset, info.length))
+    chunk = torch.load(raw, map_location="cpu", weights_only=True)
+    if not isinstance(chunk, torch.Tensor):
+        raise ValueError("a chunk that holds no tensor")
+    return chunk
 
 
 # -- safetensors -----------------------------------------------------------------------------
 
 
 def _safetensors_loaders(path: Path) -> dict[str, Loader]:
+    with _safe_open(path) as f:
+        names = list(f.keys())
+
+    def loader(name: str) -> Loader:
+        def load() -> torch.Tensor:
+            with _safe_open(path) as f:  # one opening (one mmap) per tensor: pages let go
+                return f.get_tensor(name)
+
+        return load
+
+    return {name: loader(name) for name in names}
+
+
+@contextmanager
+def _safe_open(path: Path) -> Iterator[Any]:
+    """safetensors' reader, imported only for a .safetensors file; its errors as ValueError."""
     try:
-        from safetensors import safe_open
+        import safetensors
     except ImportError:
         raise ReprokitError(
             "reading safetensors needs the safetensors package",
             path,
             hint="pip install safetensors",
         ) from None
-    with safe_open(str(path), framework="pt") as f:
-        names = list(f.keys())
-
-    def loader(name: str) -> Loader:
-        def load() -> torch.Tensor:
-            with safe_open(str(path), framework="pt") as f:  # one opening (one mmap) per tensor
-                return f.get_tensor(name)
-
-        return load
-
-    return {name: loader(name) for name in names}
+    try:
+        with safetensors.safe_open(str(path), framework="pt") as f:
+            yield f
+    except safetensors.SafetensorError as exc:
+        raise ValueError(str(exc)) from None

@@ -278,7 +278,9 @@ def divergence_summary(comparisons: Iterable[Comparison]) -> str:
     compared = [c for c in comparisons if c.shape is not None]
     first = first_divergence(compared)
     if first is None:
-        return f"all {len(compared)} tensors agree" if compared else "no tensor name in common"
+        if not compared:
+            return "no tensor name in common"
+        return f"all {len(compared)} tensors agree" if len(compared) > 1 else "the tensor agrees"
     before = compared[: compared.index(first)]
     if first.note:
         why = first.note

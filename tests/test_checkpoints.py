@@ -144,6 +144,16 @@ def test_code_running_dcp_chunk_is_refused_and_never_runs(tmp_path):
     assert not marker.exists()
 
 
+def test_dcp_chunks_that_do_not_cover_the_tensor(tmp_path):
+    save_dcp({"w": torch.ones(3)}, tmp_path / "step")
+    metadata_file = tmp_path / "step" / ".metadata"
+    metadata = pickle.loads(metadata_file.read_bytes())  # the test's own file: trusted
+    metadata.state_dict_metadata["w"].size = torch.Size([5])  # more than the one chunk holds
+    metadata_file.write_bytes(pickle.dumps(metadata))
+    with pytest.raises(ReprokitError, match="chunks hold 3 of the 5 elements"):
+        open_checkpoint(tmp_path / "step")["w"]
+
+
 @pytest.mark.parametrize("cut", [0.5, 0.99])
 def test_truncated_torch_save_is_a_clear_error(tmp_path, cut):
     path = tmp_path / "a.pt"

@@ -158,7 +158,9 @@ def test_code_running_pickle_is_exit_2_and_never_runs(cli, saved, tmp_path, wher
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "missing", "dcp chunk gone"])
+@pytest.mark.parametrize(
+    "damage", ["truncated", "garbage", "missing", "dcp chunk gone", "truncated safetensors"]
+)
 def test_damaged_input_is_exit_2_with_one_clear_message(cli, saved, tmp_path, damage):
     path = tmp_path / "bad.pt"
     if damage == "truncated":
@@ -166,6 +168,9 @@ def test_damaged_input_is_exit_2_with_one_clear_message(cli, saved, tmp_path, da
         path.write_bytes(data[: len(data) // 2])
     elif damage == "garbage":
         path.write_bytes(os.urandom(4096))
+    elif damage == "truncated safetensors":
+        path = tmp_path / "bad.safetensors"
+        path.write_bytes(saved["safetensors"].read_bytes()[:-10])
     elif damage == "dcp chunk gone":
         path = tmp_path / "dcp"
         shutil.copytree(saved["dcp"], path)
