@@ -4,8 +4,9 @@
 
 The suite is bench/cases/bench_matmul.toml: eight variants, each a CPU stage and an XLA stage
 (a small matmul, compared), so process start-up and imports dominate, as they do for most
-repros. Both runs are timed side by side, interleaved; the ratio of the medians is printed
-(target on a 2-core machine: -n 2 takes at most 0.60 of the time of -n 1).
+repros. Both runs are timed side by side, interleaved; the ratios of the medians and of the
+best times are printed (target on a 2-core machine: -n 2 takes at most 0.60 of the time of
+-n 1); the best of N rounds is the figure least hurt by other work on the machine.
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ def main() -> None:
             one.append(suite(Path(tmp) / f"one{i}", 1))
             many.append(suite(Path(tmp) / f"many{i}", args.jobs))
             print(f"round {i + 1}: -n 1 {one[-1]:.1f} s, -n {args.jobs} {many[-1]:.1f} s")
-    ratio = statistics.median(many) / statistics.median(one)
-    print(
-        f"\n8 variants x 2 stages (cpu, xla): -n 1 {statistics.median(one):.1f} s, "
-        f"-n {args.jobs} {statistics.median(many):.1f} s, ratio {ratio:.2f} (target <= 0.60)"
-    )
+    for name, pick in (("median", statistics.median), ("best", min)):
+        ratio = pick(many) / pick(one)
+        print(
+            f"{name} of {args.repeat}: -n 1 {pick(one):.1f} s, -n {args.jobs} {pick(many):.1f} s, "
+            f"ratio {ratio:.2f} (target <= 0.60)"
+        )
 
 
 if __name__ == "__main__":

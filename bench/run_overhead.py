@@ -6,8 +6,8 @@
 stage in DAG order, nothing else (no listing, no comparison, no logs). ``reprokit run`` does
 all of that too: CLI start-up, rendering, ``--list-stages``, a process per stage with capped
 logs, the comparison and summary.json. Both are timed side by side, interleaved, ``--repeat``
-times; medians and their ratios are printed (target: at most 1.10 with ``-n 1``; with
-``-n 2``, independent stages run side by side and the ratio may drop below 1).
+times; the medians, the best times and their ratios are printed (target: at most 1.10 with
+``-n 1``; with ``-n 2``, independent stages run side by side and the ratio may drop below 1).
 """
 
 from __future__ import annotations
@@ -62,11 +62,16 @@ def main() -> None:
             times["run -n 1"].append(harness(args.case, Path(tmp) / f"one{i}", 1))
             times["run -n 2"].append(harness(args.case, Path(tmp) / f"two{i}", 2))
             print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
-    medians = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\n{args.case}: stages {', '.join(stages)}; medians of {args.repeat} rounds")
-    for name, seconds in medians.items():
-        print(f"  {name:<10} {seconds:6.1f} s   ratio to bare {seconds / medians['bare']:.2f}")
-    print("target: run -n 1 / bare <= 1.10")
+    median = {k: statistics.median(v) for k, v in times.items()}
+    best = {k: min(v) for k, v in times.items()}
+    print(f"\n{args.case}: stages {', '.join(stages)}; {args.repeat} rounds")
+    print(f"  {'':<10} {'median':>8} {'ratio':>6} {'best':>8} {'ratio':>6}")
+    for name in times:
+        print(
+            f"  {name:<10} {median[name]:7.1f}s {median[name] / median['bare']:6.2f} "
+            f"{best[name]:7.1f}s {best[name] / best['bare']:6.2f}"
+        )
+    print("target: run -n 1 / bare <= 1.10 (best of N is the figure least hurt by a busy machine)")
 
 
 if __name__ == "__main__":

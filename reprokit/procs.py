@@ -138,7 +138,7 @@ def _wait(
     stop: threading.Event | None,
 ) -> Status | None:
     """Read the pipes until the child has exited (None), timed out, or was told to stop."""
-    while not _exited(proc.pid):
+    while not _exited(proc):
         if stop is not None and stop.is_set():
             return Status.INTERRUPTED
         if timeout is not None and time.monotonic() - start > timeout:
@@ -147,10 +147,16 @@ def _wait(
     return None
 
 
-def _exited(pid: int) -> bool:
-    """Whether the child has exited, without reaping it (its pid stays ours until we do)."""
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the child has exited, without reaping it (its pid stays ours until we do).
+
+    Unreaped, its pid cannot be reused, so the final SIGKILL can only reach its own group.
+    Where there is no waitid (macOS), poll() reaps it: a tiny window for pid reuse remains.
+    """
+    if not hasattr(os, "waitid"):
+        return proc.poll() is not None
     try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
         return True
     return info is not None
