@@ -270,6 +270,8 @@ def diff_(
 
 def _diff_row(c: Comparison) -> list[str]:
     mark = "[green]equal[/]" if c.equal else "[green]close[/]" if c.allclose else "[red]differ[/]"
+    if any(c.nan):  # NaNs in the same places count as equal: flagged all the same
+        mark += f" [yellow]NaN {c.nan[0]:,}/{c.nan[1]:,}[/]"
     shape = "x".join(map(str, c.shape or [])) or "scalar"
     stats = [f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.mismatched:,} / {c.total:,}"]
     return [escape(c.tensor), shape, str(c.dtype), *stats, mark]
