@@ -1,8 +1,8 @@
 """The built-in case library, run for real on XLA:CPU: each variant ends as its case expects.
 
-A cheap subset runs every time, one outcome of each kind (match, mismatch, error) and every
-backend; the whole library takes several minutes on two cores, so it runs only when
-REPROKIT_LIBRARY=1 is set (``bench/library.py`` prints its outcome table too).
+A cheap subset runs every time: one outcome of each kind (match, mismatch, error) on the cpu,
+xla and xla_spmd backends. The whole library takes 5-10 minutes on two cores, so it runs only
+when REPROKIT_LIBRARY=1 is set (``bench/library.py`` runs it and prints its outcome table).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ CHEAP = [
 ]
 
 
-def run_cases(cli, tmp_path, *args: str) -> list[dict]:
+def run_cases(cli, tmp_path, *args: str, jobs: str = "1") -> list[dict]:
     out = tmp_path / "run"
-    result = cli("run", *args, "-o", out)  # one stage at a time: pytest -n runs several
+    result = cli("run", *args, "-n", jobs, "-o", out)  # -n 1 by default: pytest -n runs several
     variants = json.loads((out / "summary.json").read_text())["variants"]
     assert variants, result.output
     failed = [
@@ -58,5 +58,5 @@ def test_every_case_file_says_what_it_shows_and_links_an_issue():
 
 @pytest.mark.skipif(not os.environ.get("REPROKIT_LIBRARY"), reason="set REPROKIT_LIBRARY=1")
 def test_whole_library_ends_as_expected(cli, tmp_path):
-    variants = run_cases(cli, tmp_path)
+    variants = run_cases(cli, tmp_path, jobs="2")
     assert {v["case"] for v in variants} == {p.stem for p in CASES.glob("*.toml")}
