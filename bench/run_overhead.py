@@ -8,6 +8,7 @@ all of that too: CLI start-up, rendering, ``--list-stages``, a process per stage
 logs, the comparison and summary.json. Both are timed side by side, interleaved, ``--repeat``
 times; the medians, the best times and their ratios are printed (target: at most 1.10 with
 ``-n 1``; with ``-n 2``, independent stages run side by side and the ratio may drop below 1).
+``run()`` is the library call with one slot, without the CLI's own start-up and imports.
 """
 
 from __future__ import annotations
@@ -43,6 +44,25 @@ def harness(case: str, run_dir: Path, jobs: int) -> float:
     return seconds
 
 
+_API = """
+import sys
+from pathlib import Path
+from reprokit.cases import load_variants
+from reprokit.run import Options, run
+summary = run(load_variants([sys.argv[1]]), run_dir=Path(sys.argv[2]), options=Options(jobs=1))
+sys.exit(0 if summary.count(False) == 0 else 1)
+"""
+
+
+def library(case: str, run_dir: Path) -> float:
+    """reprokit.run.run() without the CLI: what the harness costs, apart from CLI imports."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _API, case, str(run_dir)], capture_output=True)
+    if done.returncode != 0:
+        sys.exit(f"run() failed ({done.returncode}):\n{done.stderr.decode()}")
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", default="xser_to_spmd")
@@ -56,11 +76,12 @@ def main() -> None:
             [sys.executable, str(script), "--list-stages"], capture_output=True, check=True
         )
         stages = [s["name"] for s in json.loads(listing.stdout)]
-        times: dict[str, list[float]] = {"bare": [], "run -n 1": [], "run -n 2": []}
+        times: dict[str, list[float]] = {"bare": [], "run -n 1": [], "run -n 2": [], "run()": []}
         for i in range(args.repeat):  # interleaved, so that a busy spell hits all three alike
             times["bare"].append(bare(script, stages, Path(tmp) / f"bare{i}"))
             times["run -n 1"].append(harness(args.case, Path(tmp) / f"one{i}", 1))
             times["run -n 2"].append(harness(args.case, Path(tmp) / f"two{i}", 2))
+            times["run()"].append(library(args.case, Path(tmp) / f"api{i}"))
             print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
     median = {k: statistics.median(v) for k, v in times.items()}
     best = {k: min(v) for k, v in times.items()}
