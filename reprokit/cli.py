@@ -16,7 +16,6 @@ from rich.table import Table
 
 from reprokit import backends, progress
 from reprokit.cases import find_cases, load_case, load_variants, parse_sets, variants
-from reprokit.compare import Comparison, diff_checkpoints, summarize
 from reprokit.errors import ReprokitError
 from reprokit.keywords import select
 from reprokit.minimize import minimize
@@ -245,6 +244,8 @@ def diff_(
 ) -> None:
     """Tensor-by-tensor diff of two checkpoints: torch.save, xser, distributed checkpoint
     folder or safetensors, in any pairing. Exit 0 all close, 1 some differ, 2 bad input."""
+    from reprokit.compare import diff_checkpoints, summarize  # torch: only for this command
+
     comparisons = diff_checkpoints(reference, target, rtol=rtol, atol=atol)
     summary = summarize(comparisons)
     if as_json:
@@ -257,7 +258,7 @@ def diff_(
     out.print(table)
     for c in comparisons:
         if not c.allclose and c.shape is not None:
-            out.print(escape(Comparison.describe(c)), highlight=False)
+            out.print(escape(c.describe()), highlight=False)
     for side in ("reference", "target"):
         if names := summary[f"only_in_{side}"]:
             path = reference if side == "reference" else target
@@ -268,7 +269,7 @@ def diff_(
     raise typer.Exit(0 if summary["allclose"] else 1)
 
 
-def _diff_row(c: Comparison) -> list[str]:
+def _diff_row(c: Any) -> list[str]:  # a reprokit.compare.Comparison
     mark = "[green]equal[/]" if c.equal else "[green]close[/]" if c.allclose else "[red]differ[/]"
     if any(c.nan):  # NaNs in the same places count as equal: flagged all the same
         mark += f" [yellow]NaN {c.nan[0]:,}/{c.nan[1]:,}[/]"
