@@ -289,9 +289,12 @@ class _Scheduler:
             return result, f"--list-stages {result.ended()}"
         text = (state.folder / "list-stages.stdout.log").read_text("utf-8", "replace")
         try:
-            return result, parse_stages(text)
+            stages = parse_stages(text)
         except ValueError as exc:
             return replace(result, status=Status.ERROR), f"--list-stages gave no stage DAG: {exc}"
+        for stage in stages:  # a probe may take seconds (CUDA): here, not in the scheduler
+            backends.unavailable(stage.backend)
+        return result, stages
 
     def _listed(self, state: _State, result: StageResult, stages: list[Stage] | str) -> None:
         state.phase = "running"
