@@ -16,7 +16,8 @@ MARKER = "[REDACTED]"
 
 SECRET_NAME = re.compile(
     r"(?i)(token|secret|passw(or)?d|passwd|credential|api[_-]?key|access[_-]?key|"
-    r"private[_-]?key|auth|session|cookie|signature|(^|[_-])key($|[_-]))"
+    r"private[_-]?key|auth|session|cookie|signature|connection[_-]?string|webhook|"
+    r"(^|[_-])key($|[_-]))"
 )
 _SHAPES = [
     re.compile(p, flags)
@@ -34,6 +35,10 @@ _SHAPES = [
         (r"\bnpm_[A-Za-z0-9]{30,}\b", 0),
         (r"\bpypi-[A-Za-z0-9_-]{30,}\b", 0),
         (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b", 0),  # JWTs
+        (r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b", 0),  # Stripe secret and restricted keys
+        (r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}\b", 0),  # SendGrid
+        (r"\bdo[opr]_v1_[a-f0-9]{64}\b", 0),  # DigitalOcean
+        (r"(?<=hooks\.slack\.com/)(?:services|workflows|triggers)/[A-Za-z0-9/_-]+", 0),
     ]
 ]
 # Keep the name, hide the value: `Authorization: Bearer x`, `password=x`, `"api_key": "x"`.
@@ -42,6 +47,8 @@ _ASSIGNMENT = re.compile(
     r"(?i)\b([\w.-]*(?:token|secret|passw(?:or)?d|passwd|credential|api[_-]?key|access[_-]?key|"
     r"private[_-]?key|auth)[\w.-]*)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;]{4,})"
 )
+# Azure: `AccountKey=...;` in connection strings, `&sig=...` in SAS URLs (name kept).
+_AZURE = re.compile(r"(?i)(\b(?:AccountKey|SharedAccessKey)=|[?&]sig=)([^\s;&\"']{8,})")
 _URL_PASSWORD = re.compile(r"(?<=://)([^/\s:@]+):([^/\s@]+)@")
 
 
@@ -70,6 +77,7 @@ def redact_text(text: str, known: Iterable[str] | None = None) -> str:
         text = shape.sub(MARKER, text)
     text = _BEARER.sub(lambda m: f"{m[1]}{m[2]}{MARKER}", text)
     text = _ASSIGNMENT.sub(lambda m: f"{m[1]}{m[2]}{MARKER}", text)
+    text = _AZURE.sub(lambda m: f"{m[1]}{MARKER}", text)
     return _URL_PASSWORD.sub(lambda m: f"{m[1]}:{MARKER}@", text)
 
 
