@@ -211,7 +211,8 @@ def run_(
         with progress.reporter(out, len(chosen)) as shown:
             summary = run(chosen, run_dir=run_dir, options=options, reporter=shown, argv=sys.argv)
     except Interrupted as stopped:
-        out.print(progress.closing_line(stopped.summary, run_dir, time.monotonic() - start))
+        line = progress.closing_line(stopped.summary, run_dir, time.monotonic() - start)
+        out.print(line, highlight=False)
         raise typer.Exit(130) from None
     except KeyboardInterrupt:  # before any stage started: nothing to keep
         raise typer.Exit(130) from None

@@ -162,7 +162,7 @@ def _verdict(state: _State) -> VariantResult:
 
 
 class _Terminated(Exception):
-    """SIGTERM, turned into an exception in the scheduling thread."""
+    """SIGTERM or SIGHUP, turned into an exception in the scheduling thread."""
 
 
 class _Scheduler:
@@ -185,7 +185,7 @@ class _Scheduler:
     def run(self, argv: tuple[str, ...]) -> RunSummary:
         self.summary = replace(self.summary, argv=argv)
         try:
-            with _sigterm_raises():
+            with _signals_raise():
                 self._write()
                 self._loop()
         except (KeyboardInterrupt, _Terminated):
@@ -371,9 +371,16 @@ def _prewarm_compare() -> None:
     ).start()
 
 
+_STOPPING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM stops the run like Ctrl-C (only the main thread may set handlers)."""
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM, and SIGHUP (a closed terminal), stop the run like Ctrl-C does.
+
+    The children lead their own sessions, so no signal of ours reaches them: without this,
+    a closed terminal would leave them running. Only the main thread may set handlers.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -381,11 +388,8 @@ def _sigterm_raises() -> Iterator[None]:
     def handler(signum: int, frame: Any) -> None:
         raise _Terminated
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
+    with _handlers(_STOPPING, handler):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -394,10 +398,15 @@ def _sigint_ignored() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    terminate = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with _handlers((signal.SIGINT, *_STOPPING), signal.SIG_IGN):
+        yield
+
+
+@contextlib.contextmanager
+def _handlers(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
+    previous = {signum: signal.signal(signum, handler) for signum in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.signal(signal.SIGTERM, terminate)
+        for signum, old in previous.items():
+            signal.signal(signum, old)

@@ -198,7 +198,7 @@ def test_cli_exit_codes(cli, tmp_path):
     assert cli("run", "ok", "--xla-device", "GPU9", *common).exit_code == 2
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_an_interrupted_run_keeps_what_finished_and_exits_130(tmp_path, signum):
     run_dir = tmp_path / "run"
     command = [
