@@ -1,0 +1,182 @@
+"""Reliability and safety (issue 7): the fast part of bench/reliability.py, plus the findings.
+
+The checks are bench/reliability_*.py's, run here with small sizes; bench/reliability.py runs
+them with thousands of inputs and dozens of interrupts, and prints the figures. What the other
+test files already cover is not repeated: test_fuzz.py fuzzes `reprokit render`, test_run.py
+and test_procs.py classify raise/abort/hang/grandchild and one interrupt, test_diff_cli.py
+refuses pickles in `reprokit diff`. The tests marked xfail are bugs found here, for the lead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import reliability_runs as runs
+import reliability_safety as safety
+from reliability_common import FAULT_TEMPLATES, Figure, table
+from reliability_hostile import hostile_render, hostile_run
+
+import reprokit.run as run_module
+from reprokit.cases import load_variants
+from reprokit.redact import MARKER, is_secret_name, redact_text
+from reprokit.run import Interrupted, Options, run
+
+
+def assert_all_ok(figures: list[Figure]) -> None:
+    assert all(f.ok for f in figures), "\n" + table(figures)
+
+
+def test_hostile_values_aimed_at_the_template_render_safely(tmp_path):
+    """NUL bytes, huge numbers, Jinja reaching for os.system: exit 0 or 2, nothing runs."""
+    assert_all_ok(hostile_render(tmp_path, 60))
+
+
+def test_hostile_case_files_through_reprokit_run(tmp_path):
+    assert_all_ok(hostile_run(tmp_path, 4))
+
+
+def test_faults_are_classified_logs_capped_and_no_process_is_left(tmp_path):
+    """segfault, exit 3, SIGKILL from outside, a flood, bad UTF-8, a deleted workdir, an evil
+    tensors.pt, and the faults test_run.py knows, side by side in one run."""
+    assert_all_ok(runs.faults(tmp_path, megabytes=16, timeout=5.0))
+
+
+def test_interrupts_at_random_moments_leave_a_readable_run(tmp_path):
+    figures = runs.interrupts(tmp_path, 2, random.Random(3))
+    # "finished variants lost" is the bug of the xfail test below: not asserted here.
+    assert_all_ok([f for f in figures if f.name != "finished variants lost"])
+
+
+def test_untrusted_artifacts_never_run_and_links_never_reach_the_bundle(tmp_path):
+    assert_all_ok(safety.artifacts(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def secrets_run(tmp_path_factory):
+    """One run of the secrets stage (it prints the whole corpus) and its figures."""
+    folder = tmp_path_factory.mktemp("secrets")
+    return folder, safety.secrets(folder)
+
+
+OUR_OUTPUTS = [
+    "secrets run exit",
+    "leaked into report.md/html/json, bundle, summary, env",
+    "leaked to the console of run/report",
+]
+
+
+def test_no_secret_reaches_reports_bundle_summary_env_or_console(secrets_run):
+    _, figures = secrets_run
+    assert len(safety.CORPUS) >= 30
+    mine = [f for f in figures if f.name in OUR_OUTPUTS or "  leak in" in f.name]
+    assert len(mine) >= len(OUR_OUTPUTS)
+    assert_all_ok(mine)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="stage logs are written raw by reprokit/procs.py: every secret a stage prints "
+    "stays in RUN_DIR/*/stages/*/{stdout,stderr}.log, and a report written later (in a shell "
+    "without the variables) only redacts shapes, so bare values of *_PASSWORD etc. leak into "
+    "bundle.zip. Fix: redact each log (redact.redact_file with secret_values()) when its "
+    "stage ends, in run.py's _spawn.",
+)
+def test_stage_logs_hold_no_secret(secrets_run):
+    _, figures = secrets_run
+    logs = [f for f in figures if "stage logs" in f.name or "later" in f.name]
+    assert logs
+    assert_all_ok(logs)
+
+
+def test_a_suite_of_many_variants_loses_nothing(tmp_path):
+    """The bench runs 20 and 200 and compares the harness's peak RSS; here 30, all present."""
+    figures = runs.load(tmp_path, (30,))
+    assert_all_ok([f for f in figures if "ratio" not in f.name])
+
+
+@pytest.mark.parametrize(
+    ("secret", "kept"),
+    [
+        ("AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4Zm9vYmFy==;EndpointSuffix=x", "AccountKey="),
+        ("https://a.blob.core.windows.net/c?sv=2022&sig=a1B2c3D4e5F6g7H8%3D&se=1", "&sig="),
+        ("https://hooks.slack.com/services/T0AAAAAAA/B0BBBBBBB/XyXyXyXyXyXy", "hooks.slack.com"),
+        ("rk_live_" + "51J9aBc" * 4, ""),
+        ("sk_test_" + "51H8xYz" * 4, ""),
+        ("SG." + "a" * 22 + "." + "B" * 43, ""),
+        ("dop_v1_" + "0123456789abcdef" * 4, ""),
+    ],
+)
+def test_new_secret_shapes_are_redacted(secret, kept):
+    text = redact_text(f"x {secret} y", known=[])
+    assert MARKER in text and kept in text
+    assert text.startswith("x ") and text.endswith(" y")
+
+
+def test_words_like_signal_and_key_are_not_redacted():
+    line = "the signal is SIGKILL; sig=SIGTERM; key=value; webhook fired"
+    assert redact_text(line, known=[]) == line
+
+
+def test_connection_strings_and_webhooks_are_secret_names():
+    assert is_secret_name("AZURE_STORAGE_CONNECTION_STRING")
+    assert is_secret_name("SLACK_WEBHOOK_URL")
+    assert not is_secret_name("PJRT_DEVICE")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a matrix value of 300 characters makes a folder name too long: `reprokit run` "
+    "ends in an OSError traceback (exit 1) in run._prepare instead of exit 2 naming the case",
+)
+def test_a_long_matrix_value_is_bad_input_not_a_traceback(cli, tmp_path):
+    case = tmp_path / "long.toml"
+    long = "x" * 300  # a list parameter's value names the variant's folder
+    case.write_text(f'[case]\ntitle = "t"\ntemplate = "faults"\n[matrix]\nsecrets = [["{long}"]]\n')
+    result = cli("run", case, "--templates", FAULT_TEMPLATES, "-o", tmp_path / "run")
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="run._Scheduler._abandon waits for the verdicts in flight, then drops them: a "
+    "variant whose stages all finished is missing from summary.json when Ctrl-C or SIGTERM "
+    "comes while its verdict is computed (the first verdict imports torch: seconds)",
+)
+def test_an_interrupt_during_a_verdict_keeps_the_variant(tmp_path, monkeypatch):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("run() handles SIGTERM only in the main thread")
+    case = tmp_path / "two.toml"
+    case.write_text('[case]\ntitle = "t"\ntemplate = "faults"\n[matrix]\ni = [0, 1]\n')
+    variants = load_variants([str(case)], templates=[FAULT_TEMPLATES])
+    abandoned = threading.Event()
+    original_abandon, original_verdict = run_module._Scheduler._abandon, run_module._verdict
+
+    def abandon(self):
+        abandoned.set()
+        original_abandon(self)
+
+    def verdict(state):
+        result = original_verdict(state)
+        if state.index == 0:  # SIGTERM while this verdict is in flight, then hand it back
+            os.kill(os.getpid(), signal.SIGTERM)
+            abandoned.wait(60)
+        return result
+
+    monkeypatch.setattr(run_module._Scheduler, "_abandon", abandon)
+    monkeypatch.setattr(run_module, "_verdict", verdict)
+    options = Options(jobs=1, templates=(FAULT_TEMPLATES,))
+    with pytest.raises(Interrupted) as stopped:
+        run(variants, run_dir=tmp_path / "run", options=options)
+    saved = json.loads((tmp_path / "run/summary.json").read_text())
+    assert [v["variant"]["i"] for v in saved["variants"]] == [0]
+    assert [v.label for v in stopped.value.summary.variants] == ["two[0]"]
