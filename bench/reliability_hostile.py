@@ -46,13 +46,16 @@ def hostile_values(marker: Path) -> st.SearchStrategy:
 def targeted(template: str, keys: list[str], marker: Path) -> st.SearchStrategy:
     """Documents that parse, with hostile values in [case], [params] or [matrix]."""
     value = hostile_values(marker)
-    section = st.sampled_from(["case", "params", "matrix", "compare", "expect"])
+    # Weighted towards [params] and [matrix]: there a value passes validation and is rendered.
+    section = st.sampled_from(["case", "params", "params", "matrix", "matrix", "compare", "expect"])
 
     def document(draw_section: str, key: str, hostile: object) -> dict:
         doc: dict = {"case": {"title": "t", "template": template}, "params": {}}
         if template == "echo":
             doc["params"]["message"] = "m"
-        key = {"case": "template", "compare": "rtol", "expect": "outcome"}.get(draw_section, key)
+        if draw_section == "case":
+            key = key if key in ("title", "description") else "template"
+        key = {"compare": "rtol", "expect": "outcome"}.get(draw_section, key)
         where = doc.setdefault(draw_section, {})
         is_list = isinstance(hostile, list)
         where[key] = hostile if draw_section != "matrix" or is_list else [hostile]
@@ -73,9 +76,11 @@ def encoded(document: dict, junk: tuple[int, bytes]) -> bytes | None:
 
 def inputs(template: str, keys: list[str], marker: Path) -> st.SearchStrategy:
     junk = st.tuples(st.integers(0, 400), st.sampled_from([b"", *JUNK]))
+    aimed = targeted(template, keys, marker)
     return st.one_of(
+        st.builds(encoded, aimed, st.just((0, b""))),
+        st.builds(encoded, aimed, junk),
         st.builds(encoded, documents, mutations),
-        st.builds(encoded, targeted(template, keys, marker), junk),
         st.binary(max_size=300),
     )
 
@@ -120,7 +125,7 @@ def hostile_render(folder: Path, examples: int) -> list[Figure]:
     marker = folder / MARKER_NAME
     stats: Counter = Counter()
     runner = CliRunner()
-    keys = ["message", "count", "scale", "flag", "shape", "mode"]
+    keys = ["message", "message", "shape", "title", "description", "count", "scale", "mode"]
 
     @settings(FUZZ, max_examples=examples)
     @given(data=inputs("echo", keys, marker), sets=SETS)
@@ -152,7 +157,7 @@ def hostile_run(folder: Path, examples: int) -> list[Figure]:
     marker = folder / MARKER_NAME
     stats: Counter = Counter()
     runner = CliRunner()
-    keys = ["mode", "i", "compare", "secrets", "megabytes"]
+    keys = ["i", "i", "secrets", "title", "mode", "compare", "megabytes"]
     counter = iter(range(10**9))
 
     @settings(FUZZ, max_examples=examples)

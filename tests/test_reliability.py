@@ -180,3 +180,24 @@ def test_an_interrupt_during_a_verdict_keeps_the_variant(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "run/summary.json").read_text())
     assert [v["variant"]["i"] for v in saved["variants"]] == [0]
     assert [v.label for v in stopped.value.summary.variants] == ["two[0]"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="render.py builds the context as {**params, 'case': ..., 'compare': ...}: a "
+    "template parameter named `compare` or `case` is silently replaced by reprokit's own "
+    "value (a dict, so `{% if compare %}` is true whatever the case says); such a "
+    "declaration should be refused, naming the template",
+)
+def test_a_parameter_named_like_a_context_variable_is_not_silently_replaced(cli, tmp_path):
+    template = tmp_path / "templates/shadow.py.j2"
+    template.parent.mkdir()
+    template.write_text(
+        '{#- reprokit\ntitle = "shadow"\n[params]\n'
+        'compare = {type = "bool", default = true, help = "a flag"}\n-#}\n'
+        "FLAG = {{ compare }}\n"
+    )
+    case = tmp_path / "shadow.toml"
+    case.write_text('[case]\ntitle = "t"\ntemplate = "shadow"\n[params]\ncompare = false\n')
+    result = cli("render", case, "--templates", template.parent)
+    assert result.exit_code == 2 or "FLAG = False" in result.stdout, result.output
