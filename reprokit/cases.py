@@ -7,6 +7,7 @@ template front matter are read.
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import re
 import tomllib
@@ -76,7 +77,10 @@ class Variant:
         if not self.choice:
             return self.case.name
         parts = (re.sub(r"[^\w.=+-]", "_", str(v)) for v in self.choice.values())
-        return f"{self.case.name}[{'-'.join(parts)}]"
+        inside = "-".join(parts)
+        if len(inside) > 80:  # a folder name must stay short: cut, and keep it unique
+            inside = f"{inside[:60]}~{hashlib.sha1(inside.encode()).hexdigest()[:10]}"
+        return f"{self.case.name}[{inside}]"
 
     @property
     def tolerances(self) -> dict[str, float | None]:

@@ -49,6 +49,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 _REQUIRED = object()
 SUFFIX = ".py.j2"
+CONTEXT = {"case", "compare"}  # what render() gives every template beside its parameters
 
 
 def builtin_dir(kind: str) -> Path:
@@ -147,6 +148,12 @@ def load_template(path: Path) -> Template:
     except tomllib.TOMLDecodeError as exc:
         raise ReprokitError(f"front matter is not valid TOML: {exc}", path) from None
     params = {key: _param(path, key, decl) for key, decl in spec.get("params", {}).items()}
+    if reserved := sorted(params.keys() & CONTEXT):
+        raise ReprokitError(
+            f"parameter {reserved[0]!r} has the name of a variable reprokit sets itself",
+            path,
+            hint=f"Rename it: {', '.join(sorted(CONTEXT))} are given to every template.",
+        )
     return Template(name, path, str(spec.get("title", name)), params)
 
 

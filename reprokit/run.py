@@ -39,7 +39,7 @@ from reprokit.dag import Stage, blocked, parse_stages
 from reprokit.errors import ReprokitError
 from reprokit.procs import GRACE, LOG_CAP, Status, run_process
 from reprokit.records import RunSummary, StageResult, VariantResult, run_env, write_summary
-from reprokit.redact import redact_text
+from reprokit.redact import redact_file, redact_text, secret_values
 from reprokit.render import render
 from reprokit.verdict import verdict
 
@@ -181,6 +181,7 @@ class _Scheduler:
         self.pool = cf.ThreadPoolExecutor(self.slots, thread_name_prefix="reprokit")
         self.finished: dict[int, VariantResult] = {}
         self.summary = RunSummary(started=_now(), env=run_env())
+        self.secrets = secret_values()  # what a stage prints of them never reaches its logs
 
     def run(self, argv: tuple[str, ...]) -> RunSummary:
         self.summary = replace(self.summary, argv=argv)
@@ -213,6 +214,9 @@ class _Scheduler:
         self.stop.set()
         with _sigint_ignored():
             cf.wait(self.inflight)
+            for future, then in list(self.inflight.items()):
+                if future.exception() is None:  # a verdict that finished meanwhile is kept
+                    then(future.result())
             self.inflight.clear()
 
     def _write(self, *, interrupted: bool = False) -> RunSummary:
@@ -339,6 +343,8 @@ class _Scheduler:
             log_cap=self.options.log_cap,
             grace=self.options.grace,
         )
+        for log in ("stdout.log", "stderr.log"):
+            redact_file(state.folder / f"{logs}{log}", self.secrets)
         notes = [f"killed after --timeout {self.options.timeout:g} s"]
         notes = notes if ended.status is Status.TIMEOUT else []
         if ended.cut:
