@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reliability_common import Figure, table
 from reliability_hostile import hostile_render, hostile_run
-from reliability_runs import faults, interrupts, load
+from reliability_runs import EXPECTED, faults, interrupts, load
 from reliability_safety import artifacts, secrets
 
 FULL = {
@@ -32,6 +32,7 @@ FULL = {
     "interrupts": 30,
     "load": (20, 200),
 }
+MODES = [m for m in EXPECTED if m != "rmworkdir"]  # apart: it may break the whole run
 QUICK = {"render": 300, "run": 6, "flood_mb": 64, "interrupts": 4, "load": (20, 200)}
 
 
@@ -49,7 +50,8 @@ def main() -> None:
         steps = [
             ("hostile case files", lambda: hostile_render(root / "render", sizes["render"])),
             ("hostile runs", lambda: hostile_run(root / "run", sizes["run"])),
-            ("faults", lambda: faults(root / "faults", megabytes=sizes["flood_mb"])),
+            ("faults", lambda: faults(root / "faults", megabytes=sizes["flood_mb"], modes=MODES)),
+            ("rmworkdir", lambda: faults(root / "rm", megabytes=1, modes=["rmworkdir", "ok"])),
             (
                 "interrupts",
                 lambda: interrupts(root / "interrupts", sizes["interrupts"], rng),

@@ -71,13 +71,15 @@ def _killer(pids: Path, stop: threading.Event) -> None:
                 killed.add(path)
 
 
-def faults(folder: Path, *, megabytes: int, timeout: float = 8.0) -> list[Figure]:
-    """Every fault of EXPECTED in one run (-n 2): classified right, logs capped, no orphan."""
+def faults(
+    folder: Path, *, megabytes: int, timeout: float = 8.0, modes: list[str] | None = None
+) -> list[Figure]:
+    """Faults of EXPECTED (all by default) in one run (-n 2): classified right, logs capped,
+    no orphan, the other stages and the control variant untouched."""
+    modes = list(EXPECTED) if modes is None else modes
     pids, marker, run_dir = folder / "pids", folder / "pwned", folder / "run"
     pids.mkdir(parents=True)
-    text = FAULT_CASE.format(
-        pids=pids, marker=marker, megabytes=megabytes, modes=json.dumps(list(EXPECTED))
-    )
+    text = FAULT_CASE.format(pids=pids, marker=marker, megabytes=megabytes, modes=json.dumps(modes))
     variants = load_variants([str(case_file(folder, "faults", text))], templates=[FAULT_TEMPLATES])
     cap = 256 * 1024
     options = Options(jobs=2, timeout=timeout, templates=(FAULT_TEMPLATES,), log_cap=cap, grace=1.0)
@@ -86,6 +88,8 @@ def faults(folder: Path, *, megabytes: int, timeout: float = 8.0) -> list[Figure
     killer.start()
     try:
         summary = run(variants, run_dir=run_dir, options=options)
+    except Exception as exc:  # the harness itself broke: that is the figure
+        return [Figure(f"faults {'+'.join(modes)}: harness crashed", type(exc).__name__, "", False)]
     finally:
         stop.set()
         killer.join()
@@ -103,10 +107,11 @@ def faults(folder: Path, *, megabytes: int, timeout: float = 8.0) -> list[Figure
         others += any(stages[n].status.value != "ok" for n in ("first", "aside"))
     logs = [p.stat().st_size for p in run_dir.rglob("*.log")]
     flood = run_dir / "faults[flood]/stages/second/stdout.log"
-    evil = next(v for v in summary.variants if v.variant["mode"] == "evil")
+    evil = next((v for v in summary.variants if v.variant["mode"] == "evil"), None)
+    refused = evil is not None and "refused" in (evil.reason or "")
     figures = [
-        info("faults injected", len(EXPECTED) - 1),
-        Figure("faults classified right (+ok)", right, f"{len(EXPECTED)}", right == len(EXPECTED)),
+        info("faults injected", len(modes) - ("ok" in modes)),
+        Figure("faults classified right (+ok)", right, f"{len(modes)}", right == len(modes)),
         info(f"flood printed (MiB, each stream, cap {cap // 1024} KiB)", megabytes),
         Figure(
             "largest log (bytes)", max(logs), f"<= cap + {LOG_NOTE}", max(logs) <= cap + LOG_NOTE
@@ -115,12 +120,7 @@ def faults(folder: Path, *, megabytes: int, timeout: float = 8.0) -> list[Figure
         zero("orphans after faults", len(orphans(pids, run_dir))),
         zero("other stages affected", others),
         zero("evil tensors.pt executed (runner)", int(marker.exists())),
-        Figure(
-            "evil tensors.pt refused (runner)",
-            "refused" in (evil.reason or ""),
-            "True",
-            "refused" in (evil.reason or ""),
-        ),
+        Figure("evil tensors.pt refused (runner)", refused, "True", refused),
     ]
     for line in wrong:
         figures.append(Figure(f"  misclassified {line}", "", "", False))
@@ -190,12 +190,16 @@ def interrupts(folder: Path, count: int, rng: random.Random) -> list[Figure]:
         signum = rng.choice([signal.SIGINT, signal.SIGTERM])
         results.append(_one_interrupt(folder / f"{n}", case, rng.uniform(0.2, 9.0), signum))
     codes = sorted({r["code"] for r in results})
-    bad_codes = [c for c in codes if c not in (0, 130, -signal.SIGTERM, -signal.SIGINT)]
+    # A signal that comes while Python still imports reprokit ends it the default way (-15):
+    # nothing had started, nothing is lost. After a stage started, the exit must be 0 or 130.
+    bad_codes = [r for r in results if r["started"] and r["code"] not in (0, 130)]
+    early = sum(not r["started"] and r["code"] not in (0, 130) for r in results)
     reports = [r["report"] for r in results if r["report"] is not None]
     return [
         info("interrupts sent", count),
         info("  exit codes seen", ",".join(map(str, codes))),
-        zero("  exit codes other than 0/130", len(bad_codes)),
+        info("  ended by the signal itself before any stage (no summary)", early),
+        zero("  exit codes other than 0/130 once a stage started", len(bad_codes)),
         zero("runs left unreadable", sum(r["unreadable"] for r in results)),
         zero("finished variants lost", sum(r["lost"] for r in results)),
         zero("reprokit report failures", sum(code != 0 for code in reports)),
@@ -208,7 +212,7 @@ LOAD_CASE = """\
 title = "load"
 template = "faults"
 [params]
-compare = false
+compared = false
 [matrix]
 i = {indices}
 """

@@ -82,8 +82,14 @@ def redact_text(text: str, known: Iterable[str] | None = None) -> str:
 
 
 def redact_file(path: Path, known: Iterable[str] | None = None) -> None:
-    """Rewrite a text file (a log, a script) redacted, in place; binary bytes pass through."""
-    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    """Rewrite a text file (a log, a script) redacted, in place; binary bytes pass through.
+
+    A file that is gone is nothing to redact: a stage may delete its own folder, logs and all.
+    """
+    try:
+        text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        return
     clean = redact_text(text, known)
     if clean != text:
         path.write_bytes(clean.encode("utf-8", errors="surrogateescape"))
