@@ -30,10 +30,11 @@ FULL = {
     "run": 40,
     "flood_mb": 1024,
     "interrupts": 30,
+    "garbage": 500,
     "load": (20, 200),
 }
 MODES = [m for m in EXPECTED if m != "rmworkdir"]  # apart: it may break the whole run
-QUICK = {"render": 300, "run": 6, "flood_mb": 64, "interrupts": 4, "load": (20, 200)}
+QUICK = {"render": 300, "run": 6, "flood_mb": 64, "interrupts": 4, "garbage": 20, "load": (20, 200)}
 
 
 def main() -> None:
@@ -56,7 +57,7 @@ def main() -> None:
                 "interrupts",
                 lambda: interrupts(root / "interrupts", sizes["interrupts"], rng),
             ),
-            ("untrusted artifacts", lambda: artifacts(root / "artifacts")),
+            ("untrusted artifacts", lambda: artifacts(root / "artifacts", sizes["garbage"])),
             ("secrets", lambda: secrets(root / "secrets")),
             ("load", lambda: load(root / "load", sizes["load"])),
         ]

@@ -76,12 +76,17 @@ def _artifacts(folder: Path, marker: Path) -> dict[str, Path]:
     return made | {"good": good}
 
 
-def artifacts(folder: Path) -> list[Figure]:
-    """Hostile artifacts through `reprokit diff` (in process); a run folder with links."""
+def artifacts(folder: Path, garbage: int = 0) -> list[Figure]:
+    """Hostile artifacts through `reprokit diff` (in process), ``garbage`` random files among
+    them (about 6 in 100 start with a pickle opcode that pops an empty stack); a run folder
+    with links."""
     folder.mkdir(parents=True, exist_ok=True)
     marker = folder / "pwned"
     made = _artifacts(folder, marker)
     good = made.pop("good")
+    for n in range(garbage):
+        made[f"random bytes {n}"] = folder / f"random{n}.pt"
+        made[f"random bytes {n}"].write_bytes(os.urandom(4096))
     runner = CliRunner()
     tried = refused = tracebacks = 0
     before = files_under(folder)
@@ -96,7 +101,7 @@ def artifacts(folder: Path) -> list[Figure]:
     figures = [
         info("untrusted artifacts tried (diff, both sides)", tried),
         Figure("  refused with exit 2", refused, f"{tried}", refused == tried),
-        zero("  tracebacks", tracebacks),
+        zero("  uncaught exceptions (exit 1, no message)", tracebacks),
         zero("  executed (marker created)", int(marker.exists())),
         zero("  files written", len(written)),
     ]
