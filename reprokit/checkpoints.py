@@ -27,6 +27,7 @@ import ctypes
 import io
 import mmap
 import pickle
+import struct
 import sys
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
@@ -51,7 +52,7 @@ class Checkpoint(Mapping[str, torch.Tensor]):
         self.path, self.kind, self._loaders = path, kind, loaders
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        with _reading(self.path):
+        with reading(self.path):
             return self._loaders[name]()
 
     def __contains__(self, name: object) -> bool:  # without reading the tensor
@@ -74,9 +75,9 @@ def open_checkpoint(path: Path | str) -> Checkpoint:
         raise ReprokitError("no such file or folder", path)
     if path.is_dir():
         step = _dcp_folder(path)
-        with _reading(step / ".metadata"):
+        with reading(step / ".metadata"):
             return Checkpoint(step, "distributed checkpoint", _dcp_loaders(step))
-    with _reading(path):
+    with reading(path):
         if path.suffix == ".safetensors":
             return Checkpoint(path, "safetensors", _safetensors_loaders(path))
         if Path(f"{path}.tensors").is_dir():
@@ -85,7 +86,7 @@ def open_checkpoint(path: Path | str) -> Checkpoint:
 
 
 @contextmanager
-def _reading(path: Path) -> Iterator[None]:
+def reading(path: Path) -> Iterator[None]:
     """Whatever goes wrong while reading becomes one message naming the file."""
     try:
         yield
@@ -94,9 +95,18 @@ def _reading(path: Path) -> Iterator[None]:
     except pickle.UnpicklingError as exc:
         raise _unpickling_error(path, exc) from None
     except (
-        RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError, AttributeError,
+        RuntimeError,
+        EOFError,
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        OverflowError,
+        struct.error,
         zipfile.BadZipFile,
-    ) as exc:  # fmt: skip
+    ) as exc:  # fmt: skip  (what damaged bytes raise from the unpickler and the zip reader)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReprokitError(
             f"cannot read the checkpoint: {first[:300]}",
@@ -253,7 +263,7 @@ def _xser_tensor(folder: Path, ref: _TensorReference) -> Loader:
     file = folder / f"tensor_{ref.tid}.pt"
 
     def load() -> torch.Tensor:
-        with _reading(file):
+        with reading(file):
             tensor = torch.load(file, map_location="cpu", weights_only=True)
         if not isinstance(tensor, torch.Tensor):
             raise ReprokitError("an xser tensor file that holds no tensor", file)
@@ -325,7 +335,7 @@ def _dcp_tensor(step: Path, meta: Any, chunks: list[Any]) -> Loader:
         tensor, covered = torch.empty(tuple(meta.size), dtype=meta.properties.dtype), 0
         for offsets, info in chunks:
             file = (step / info.relative_path).resolve()
-            with _reading(file):
+            with reading(file):
                 chunk = _dcp_chunk(step, file, info)
                 view = tensor
                 for dim, (start, length) in enumerate(zip(offsets, chunk.shape, strict=True)):

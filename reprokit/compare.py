@@ -7,15 +7,12 @@ Tensors are compared one at a time so that memory stays near the size of the lar
 from __future__ import annotations
 
 import math
-import pickle
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.testing._comparison import default_tolerances  # torch.testing's per-dtype table
-
-from reprokit.errors import ReprokitError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -333,19 +330,11 @@ def summarize(comparisons: list[Comparison]) -> dict[str, Any]:
 
 def load_tensors(path: Path | str) -> dict[str, torch.Tensor]:
     """A tensors.pt file as a flat dict of CPU tensors; never runs code from the file."""
+    from reprokit.checkpoints import reading  # it imports this module: import it late
+
     path = Path(path)
-    try:
+    with reading(path):
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ReprokitError(
-            "refused to load: the file holds a pickle that could run code",
-            path,
-            hint=f"Only tensors and plain containers are loaded (weights_only). {str(exc)[:200]}",
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise ReprokitError(
-            f"cannot read tensors: {exc}".splitlines()[0], path, hint="Is the file complete?"
-        ) from None
     return flatten(data, source=path)
 
 
