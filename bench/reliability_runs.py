@@ -116,12 +116,14 @@ def faults(
         Figure(
             "largest log (bytes)", max(logs), f"<= cap + {LOG_NOTE}", max(logs) <= cap + LOG_NOTE
         ),
-        Figure("flood log kept its tail", _tail(flood), "True", _tail(flood)),
         zero("orphans after faults", len(orphans(pids, run_dir))),
         zero("other stages affected", others),
         zero("evil tensors.pt executed (runner)", int(marker.exists())),
-        Figure("evil tensors.pt refused (runner)", refused, "True", refused),
     ]
+    if "flood" in modes:
+        figures.append(Figure("flood log kept its tail", _tail(flood), "True", _tail(flood)))
+    if "evil" in modes:
+        figures.append(Figure("evil tensors.pt refused (runner)", refused, "True", refused))
     for line in wrong:
         figures.append(Figure(f"  misclassified {line}", "", "", False))
     return figures
