@@ -124,7 +124,7 @@ def list_templates(extra: Iterable[Path] = ()) -> list[Template]:
 def find_template(name: str, extra: Iterable[Path] = ()) -> Template:
     """The template called ``name``; the name is a bare identifier, never a path."""
     dirs = template_dirs(extra)
-    if _NAME.fullmatch(name):
+    if _NAME.fullmatch(name) and len(name) <= 100:  # longer: no file system has the name
         for folder in dirs:
             if (folder / f"{name}{SUFFIX}").is_file():
                 return load_template(folder / f"{name}{SUFFIX}")

@@ -4,7 +4,7 @@ The checks are bench/reliability_*.py's, run here with small sizes; bench/reliab
 them with thousands of inputs and dozens of interrupts, and prints the figures. What the other
 test files already cover is not repeated: test_fuzz.py fuzzes `reprokit render`, test_run.py
 and test_procs.py classify raise/abort/hang/grandchild and one interrupt, test_diff_cli.py
-refuses pickles in `reprokit diff`. The tests marked xfail are bugs found here, for the lead.
+refuses pickles in `reprokit diff`. The regression tests at the end are bugs found here.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_hostile_values_aimed_at_the_template_render_safely(tmp_path):
 
 
 def test_hostile_case_files_through_reprokit_run(tmp_path):
-    """A few, with short lists: a long one names a folder too long (the xfail test below)."""
+    """A few, with short lists; long ones are a regression test of their own below."""
     assert_all_ok(hostile_run(tmp_path, 4, items=3))
 
 
@@ -53,8 +53,7 @@ def test_faults_are_classified_logs_capped_and_no_process_is_left(tmp_path):
 
 def test_interrupts_at_random_moments_leave_a_readable_run(tmp_path):
     figures = runs.interrupts(tmp_path, 2, random.Random(3))
-    # "finished variants lost" is the bug of the xfail test below: not asserted here.
-    assert_all_ok([f for f in figures if f.name != "finished variants lost"])
+    assert_all_ok(figures)
 
 
 def test_untrusted_artifacts_never_run_and_links_never_reach_the_bundle(tmp_path):
@@ -210,12 +209,6 @@ def test_a_file_that_pops_an_empty_pickle_stack_is_bad_input(cli, tmp_path):
     assert "bad.pt" in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="render.find_template calls Path.is_file() on templates/<name>.py.j2; a `template` "
-    "of 300 characters makes that name too long and os.stat raises OSError (ENAMETOOLONG): "
-    "`reprokit render`/`run` end in a traceback (exit 1) instead of 'unknown template', exit 2",
-)
 def test_a_very_long_template_name_is_bad_input(cli, tmp_path):
     case = tmp_path / "long.toml"
     case.write_text(f'[case]\ntitle = "t"\ntemplate = "{"x" * 300}"\n')
