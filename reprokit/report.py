@@ -177,20 +177,15 @@ def minimized(run_dir: Path) -> list[str]:
 
 
 def divergence_lines(variant: VariantResult) -> list[str]:
-    """Where each target stage first leaves its reference, with the tensors before agreeing."""
+    """Where each target stage first leaves its reference, and which tensors agree before."""
+    from reprokit.compare import divergence_summary  # torch: loaded with the comparisons
+
     lines = []
     for target, tensor in variant.first_divergence.items():
-        if tensor is None:
-            continue
-        saved = [c.tensor for c in variant.comparisons if c.target == target]
-        before = saved[: saved.index(tensor)] if tensor in saved else []
-        agree = f"; before it {_span(before)} agree" if before else ""
-        lines.append(f"First divergence in `{target}`: `{tensor}`{agree}.")
+        if tensor is not None:
+            found = [c for c in variant.comparisons if c.target == target]
+            lines.append(f"First divergence in `{target}`: {divergence_summary(found)}.")
     return [*lines, ""] if lines else []
-
-
-def _span(names: list[str]) -> str:
-    return f"`{names[0]}`" if len(names) == 1 else f"`{names[0]}` … `{names[-1]}` ({len(names)})"
 
 
 def _diff_row(c: Comparison) -> str:
