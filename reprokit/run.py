@@ -36,6 +36,7 @@ import filelock
 from reprokit import backends
 from reprokit.cases import Variant
 from reprokit.dag import Stage, blocked, parse_stages
+from reprokit.env import capture as capture_env
 from reprokit.errors import ReprokitError
 from reprokit.procs import GRACE, LOG_CAP, Status, run_process
 from reprokit.records import RunSummary, StageResult, VariantResult, run_env, write_summary
@@ -181,6 +182,9 @@ class _Scheduler:
         self.pool = cf.ThreadPoolExecutor(self.slots, thread_name_prefix="reprokit")
         self.finished: dict[int, VariantResult] = {}
         self.summary = RunSummary(started=_now(), env=run_env())
+        # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
+        # and replaces the short one once done. No XLA probe: it could hold a TPU a stage needs.
+        self.capture = cf.ThreadPoolExecutor(1).submit(capture_env, probe_xla=False)
         self.secrets = secret_values()  # what a stage prints of them never reaches its logs
 
     def run(self, argv: tuple[str, ...]) -> RunSummary:
@@ -197,6 +201,7 @@ class _Scheduler:
             raise
         finally:
             self.pool.shutdown(wait=True)
+        cf.wait([self.capture])
         return self._write()
 
     def _loop(self) -> None:
@@ -224,6 +229,8 @@ class _Scheduler:
         self.summary = replace(
             self.summary, variants=variants, finished=_now(), interrupted=interrupted
         )
+        if self.capture.done() and self.capture.exception() is None:
+            self.summary = replace(self.summary, env=self.capture.result())
         write_summary(self.summary, self.run_dir)
         return self.summary
 
