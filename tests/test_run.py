@@ -42,6 +42,17 @@ EXPECTED = {
 TIMEOUT = 10.0  # the hanging stages run this long; the others (no torch import) end in a blink
 LOG_CAP = 64 * 1024
 
+# What a hand-written script needs of the protocol's command line, once STAGES is defined.
+PROTOCOL_ARGS = """\
+args = argparse.ArgumentParser()
+args.add_argument("--list-stages", action="store_true")
+for option in ("--stage", "--workdir", "--xla-device"):
+    args.add_argument(option)
+args = args.parse_args()
+if args.list_stages:
+    print(json.dumps(STAGES)); sys.exit(0)
+"""
+
 
 def faulty(*names: str):
     return load_variants(names, cases=[CASES], templates=[TEMPLATES])
@@ -255,13 +266,9 @@ def test_the_harness_sets_each_backends_environment(tmp_path):
         from pathlib import Path
         STAGES = [{"name": b, "backend": b, "needs": [], "reference": None}
                   for b in ("cpu", "xla", "xla_spmd", "xla_multicore")]
-        args = argparse.ArgumentParser()
-        args.add_argument("--list-stages", action="store_true")
-        for option in ("--stage", "--workdir", "--xla-device"):
-            args.add_argument(option)
-        args = args.parse_args()
-        if args.list_stages:
-            print(json.dumps(STAGES)); sys.exit(0)
+    """)
+        + PROTOCOL_ARGS
+        + textwrap.dedent("""\
         out = Path(args.workdir) / args.stage
         out.mkdir(parents=True, exist_ok=True)
         keys = ("PJRT_DEVICE", "CPU_NUM_DEVICES")
@@ -310,13 +317,9 @@ def test_stages_on_an_exclusive_device_never_overlap(tmp_path):
         from pathlib import Path
         STAGES = [{"name": f"s{i}", "backend": "xla", "needs": [], "reference": None}
                   for i in range(4)]
-        args = argparse.ArgumentParser()
-        args.add_argument("--list-stages", action="store_true")
-        for option in ("--stage", "--workdir", "--xla-device"):
-            args.add_argument(option)
-        args = args.parse_args()
-        if args.list_stages:
-            print(json.dumps(STAGES)); sys.exit(0)
+    """)
+        + PROTOCOL_ARGS
+        + textwrap.dedent("""\
         claim = Path(args.workdir).resolve().parent / "device.claim"
         fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # fails if another holds it
         time.sleep(0.3)
