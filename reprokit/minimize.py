@@ -24,13 +24,13 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
 from reprokit.cases import Outcome, Variant
+from reprokit.env import versions
 from reprokit.records import RunSummary, VariantResult, write_summary
 from reprokit.render import Param, render
 from reprokit.run import Interrupted, Options, run
@@ -69,8 +69,7 @@ class Cache:
 
     @staticmethod
     def key(script: str, options: Options) -> str:
-        versions = {n: _version(n) for n in ("torch", "torch_xla", "libtpu", "jax")}
-        environment = [options.xla_device, options.timeout, sys.version, versions]
+        environment = [options.xla_device, options.timeout, sys.version, versions()]
         text = script + json.dumps(environment, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -85,13 +84,6 @@ class Cache:
         temp = self.folder / f".{key}.{os.getpid()}.tmp"
         temp.write_text(json.dumps(result.to_json(), default=str), encoding="utf-8")
         os.replace(temp, self.folder / f"{key}.json")
-
-
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 class BudgetSpent(Exception):
