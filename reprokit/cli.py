@@ -14,14 +14,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from reprokit import backends, progress
-from reprokit.cases import find_cases, load_case, load_variants, parse_sets, variants
+import reprokit
 from reprokit.errors import ReprokitError
-from reprokit.keywords import select
+from reprokit.generate.cases import find_cases, load_case, parse_sets, variants
+from reprokit.generate.templates import list_templates
 from reprokit.minimize import minimize
-from reprokit.render import list_templates, render
-from reprokit.report import verdict, write_reports
-from reprokit.run import TIMEOUT, Interrupted, Options, default_run_dir, jobs, run
+from reprokit.records import Comparison, DiffSummary
+from reprokit.reports.markdown import verdict
+from reprokit.runner import backends, progress
+from reprokit.runner.keywords import select
+from reprokit.runner.options import TIMEOUT, Options, default_run_dir, jobs
 
 app = typer.Typer(
     add_completion=False,
@@ -125,7 +127,7 @@ def list_(
 
 def _one_variant(case: str, sets: list[str], cases: list[Path], templates: list[Path]):
     """The single variant a command works on; a case with a matrix must be pinned."""
-    found = load_variants([case], sets=parse_sets(sets), cases=cases, templates=templates)
+    found = reprokit.load_cases([case], sets=parse_sets(sets), cases=cases, templates=templates)
     if len(found) > 1:
         raise ReprokitError(
             f"the case has {len(found)} variants: {', '.join(v.label for v in found)}",
@@ -145,7 +147,7 @@ def render_(
     templates: TemplatesOpt = [],  # noqa: B006
 ) -> None:
     """The standalone script of one case (pin a matrix with --set)."""
-    script = render(_one_variant(case, set_, cases, templates), templates=templates)
+    script = reprokit.render(_one_variant(case, set_, cases, templates), templates=templates)
     if output is None:
         typer.echo(script, nl=False)
         return
@@ -163,10 +165,10 @@ def env_(
 
     captured = env.capture()
     if as_json:
-        out.print_json(json.dumps(captured))
+        out.print_json(json.dumps(captured.to_json()))
         return
     table = Table("", "", title="Environment", show_header=False)
-    for key, value in env.summary_rows(captured):
+    for key, value in captured.rows():
         table.add_row(key, value)
     out.print(table)
 
@@ -194,7 +196,7 @@ def run_(
 
     Exit 0: every variant ended as its case expects; 1: some did not; 130: interrupted.
     """
-    found = load_variants(case or [], sets=parse_sets(set_), cases=cases, templates=templates)
+    found = reprokit.load_cases(case or [], sets=parse_sets(set_), cases=cases, templates=templates)
     chosen = select(found, keyword, lambda v: v.label)
     if not chosen:
         hint = "`reprokit list` shows every case and its variants."
@@ -209,8 +211,10 @@ def run_(
     start = time.monotonic()
     try:
         with progress.reporter(out, len(chosen)) as shown:
-            summary = run(chosen, run_dir=run_dir, options=options, reporter=shown, argv=sys.argv)
-    except Interrupted as stopped:
+            summary = reprokit.run(
+                chosen, run_dir=run_dir, options=options, reporter=shown, argv=sys.argv
+            )
+    except reprokit.Interrupted as stopped:
         line = progress.closing_line(stopped.summary, run_dir, time.monotonic() - start)
         out.print(line, highlight=False)
         raise typer.Exit(130) from None
@@ -228,7 +232,7 @@ def report_(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write here")] = None,
 ) -> None:
     """report.md (issue-ready), report.html (with plots), bundle.zip (to attach)."""
-    summary, written = write_reports(run_dir, formats=format_, out_dir=output)
+    summary, written = reprokit.report(run_dir, formats=format_, out_dir=output)
     out.print(verdict(summary), highlight=False)
     for path in written:
         out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False)
@@ -245,14 +249,12 @@ def diff_(
 ) -> None:
     """Tensor-by-tensor diff of two checkpoints: torch.save, xser, distributed checkpoint
     folder or safetensors, in any pairing. Exit 0 all close, 1 some differ, 2 bad input."""
-    from reprokit.compare import diff_checkpoints, summarize  # torch: only for this command
-
-    comparisons = diff_checkpoints(reference, target, rtol=rtol, atol=atol)
-    summary = summarize(comparisons)
+    comparisons = reprokit.compare(reference, target, rtol=rtol, atol=atol)
+    summary = DiffSummary.of(comparisons)
     if as_json:
-        data = {"reference": str(reference), "target": str(target), "summary": summary}
+        data = {"reference": str(reference), "target": str(target), "summary": summary.to_json()}
         typer.echo(json.dumps(data | {"comparisons": [c.to_json() for c in comparisons]}, indent=2))
-        raise typer.Exit(0 if summary["allclose"] else 1)
+        raise typer.Exit(0 if summary.allclose else 1)
     table = Table("tensor", "shape", "dtype", "max abs", "max rel", "mismatched", "")
     for c in (c for c in comparisons if c.shape is not None):
         table.add_row(*_diff_row(c))
@@ -260,23 +262,25 @@ def diff_(
     for c in comparisons:
         if not c.allclose and c.shape is not None:
             out.print(escape(c.describe()), highlight=False)
-    for side in ("reference", "target"):
-        if names := summary[f"only_in_{side}"]:
-            path = reference if side == "reference" else target
+    for path, names in ((reference, summary.only_in_reference), (target, summary.only_in_target)):
+        if names:
             out.print(f"only in {escape(str(path))}: {escape(', '.join(names))}", highlight=False)
-    counts = f"{summary['tensors']} tensors: {summary['equal']} equal, {summary['close']} close"
-    counts += f", {summary['differ']} differ; {summary['divergence']}"
+    counts = f"{summary.tensors} tensors: {summary.equal} equal, {summary.close} close"
+    counts += f", {summary.differ} differ; {summary.divergence}"
     out.print(escape(counts), highlight=False)
-    raise typer.Exit(0 if summary["allclose"] else 1)
+    raise typer.Exit(0 if summary.allclose else 1)
 
 
-def _diff_row(c: Any) -> list[str]:  # a reprokit.compare.Comparison
-    mark = "[green]equal[/]" if c.equal else "[green]close[/]" if c.allclose else "[red]differ[/]"
+_COLOURS = {"equal": "green", "close": "green", "differ": "red"}
+
+
+def _diff_row(c: Comparison) -> list[str]:
+    cells = c.cells()
+    mark = f"[{_COLOURS[cells['verdict']]}]{cells['verdict']}[/]"
     if any(c.nan):  # NaNs in the same places count as equal: flagged all the same
         mark += f" [yellow]NaN {c.nan[0]:,}/{c.nan[1]:,}[/]"
-    shape = "x".join(map(str, c.shape or [])) or "scalar"
-    stats = [f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", f"{c.mismatched:,} / {c.total:,}"]
-    return [escape(c.tensor), shape, str(c.dtype), *stats, mark]
+    keys = ("shape", "dtype", "max_abs", "max_rel", "mismatched")
+    return [escape(c.tensor), *(cells[k] for k in keys), mark]
 
 
 @app.command("minimize")
@@ -306,19 +310,18 @@ def minimize_(
         xla_device=backends.xla_device(xla_device),
         templates=tuple(templates),
     )
-    report = minimize(variant, out_dir=output, options=options, budget=budget)
-    table = Table("parameter", "before", "after", title=f"Minimized: {report['target']}")
-    for change in report["changes"]:
-        table.add_row(change["param"], repr(change["before"]), repr(change["after"]))
+    found = minimize(variant, out_dir=output, options=options, budget=budget)
+    table = Table("parameter", "before", "after", title=f"Minimized: {found.target}")
+    for change in found.changes:
+        table.add_row(change.param, repr(change.before), repr(change.after))
     out.print(table)
-    lines = report["lines"]
     out.print(
-        f"script {lines[0]} -> {lines[1]} lines; {report['candidates']} candidate runs, "
-        f"{report['cache_hits']} cache hits, {report['seconds']} s ({report['stopped']}); "
+        f"script {found.lines[0]} -> {found.lines[1]} lines; {found.candidates} candidate "
+        f"runs, {found.cache_hits} cache hits, {found.seconds} s ({found.stopped}); "
         f"wrote {output}/minimal.toml and {output}/repro.py",
         highlight=False,
     )
-    raise typer.Exit(130 if report["stopped"] == "interrupted" else 0)
+    raise typer.Exit(130 if found.stopped == "interrupted" else 0)
 
 
 def main() -> None:

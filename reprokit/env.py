@@ -18,6 +18,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from reprokit.records import Environment
 from reprokit.redact import redact_env
 
 PACKAGES = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib", "numpy")
@@ -78,44 +79,18 @@ def pytorch_env() -> dict[str, Any]:
     return {key: value for key, value in info.items() if value not in (None, "", "N/A")}
 
 
-def capture(*, probe_xla: bool = True) -> dict[str, Any]:
-    """Everything above, as plain JSON-able data, with secrets redacted."""
+def capture(*, probe_xla: bool = True, quick: bool = False) -> Environment:
+    """Everything above, secrets redacted. ``quick``: only what costs no import or child
+    process (versions from metadata, variables), for the first summary.json of a run."""
     found = versions()
     variables = {k: v for k, v in sorted(os.environ.items()) if XLA_VARIABLES.match(k)}
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "versions": found,
-        "torch_xla_matches_torch": torch_xla_matches(found),
-        "variables": redact_env(variables),
-        "xla": xla_runtime() if probe_xla and found["torch_xla"] else None,
-        "pytorch": redact_env({k: str(v) for k, v in pytorch_env().items()}),
-    }
-
-
-def summary_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
-    """The few lines a maintainer reads first, for report tables."""
-    found = env.get("versions", {})
-    rows = [("Python", env.get("python", "?")), ("Platform", env.get("platform", "?"))]
-    rows += [(name, str(found.get(name))) for name in PACKAGES if found.get(name)]
-    match = env.get("torch_xla_matches_torch")
-    if match is not None:
-        rows.append(("torch / torch_xla match", "yes" if match else "NO"))
-    xla = env.get("xla") or {}
-    if "device_kind" in xla:
-        rows.append(("XLA devices", f"{xla['device_count']} x {xla['device_kind']}"))
-        rows.append(("matmul precision", str(xla.get("matmul_precision"))))
-    elif "error" in xla:
-        rows.append(("XLA devices", xla["error"]))
-    rows += [(k, v) for k, v in env.get("variables", {}).items()]
-    pytorch = env.get("pytorch", {})
-    for key in ("os", "cpu_info", "nvidia_gpu_models", "is_cuda_available"):
-        if key in pytorch:
-            value = pytorch[key].splitlines()
-            rows.append((key, value[0] if key != "cpu_info" else _cpu_model(value)))
-    return rows
-
-
-def _cpu_model(lines: list[str]) -> str:
-    return next((ln.split(":", 1)[1].strip() for ln in lines if "Model name" in ln), "?")
+    return Environment(
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        cpu_count=os.cpu_count(),
+        versions=found,
+        torch_xla_matches_torch=torch_xla_matches(found),
+        variables=redact_env(variables),
+        xla=xla_runtime() if probe_xla and not quick and found["torch_xla"] else None,
+        pytorch={} if quick else redact_env({k: str(v) for k, v in pytorch_env().items()}),
+    )

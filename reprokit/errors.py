@@ -24,3 +24,7 @@ class ReprokitError(Exception):
             where = f"{self.path}:{self.line}: " if self.line else f"{self.path}: "
         text = f"{where}{self.message}"
         return f"{text}\n\n{self.hint}" if self.hint else text
+
+
+class ReprokitWarning(UserWarning):
+    """Something of the user's still works but should change: the message says what to do."""

@@ -5,7 +5,8 @@ The search follows delta debugging: first every parameter at once to its simples
 quarters, down to one parameter at a time; parameters that cannot reach their simplest value
 are then bisected between it and their current value. Each candidate is an ordinary variant run
 by the runner, ``jobs`` of them side by side (the next chunks are tried speculatively while
-others run). Results are cached by script and environment, across calls.
+others run). Results are cached by script and environment, across calls. The result, a
+:class:`MinimizeResult`, lands in the output folder's summary.json.
 
 "Same outcome" means the same :class:`Outcome`, and for a mismatch the same kind of first
 diverging tensor (its name with the numbers taken out, ``act.#``), for an error, crash or
@@ -29,13 +30,22 @@ from typing import Any
 
 import tomli_w
 
-from reprokit.cases import Outcome, Variant
+from reprokit.env import capture as capture_env
 from reprokit.env import versions
-from reprokit.records import RunSummary, VariantResult, write_summary
-from reprokit.render import Param, render
-from reprokit.run import Interrupted, Options, run
-
-REPORT = "minimize.json"
+from reprokit.generate.cases import Variant
+from reprokit.generate.render import render
+from reprokit.generate.templates import Param
+from reprokit.records import (
+    Change,
+    MinimizeResult,
+    Outcome,
+    RunSummary,
+    VariantResult,
+    write_json,
+    write_summary,
+)
+from reprokit.runner.options import Options
+from reprokit.runner.scheduler import Interrupted, run
 
 
 @dataclass(frozen=True)
@@ -50,10 +60,8 @@ class Observation:
         if result.outcome is Outcome.MISMATCH:
             first = next((t for t in result.first_divergence.values() if t), None)
             return cls(result.outcome, re.sub(r"\d+", "#", first) if first else None)
-        failed = next(
-            (s.name for s in result.stages if s.status.value not in ("ok", "skipped")), None
-        )
-        return cls(result.outcome, failed)
+        failed = result.failed_stage
+        return cls(result.outcome, failed.name if failed else None)
 
     def describe(self) -> str:
         return f"{self.outcome.value} ({self.clue})" if self.clue else self.outcome.value
@@ -81,9 +89,7 @@ class Cache:
             return None
 
     def put(self, key: str, result: VariantResult) -> None:
-        temp = self.folder / f".{key}.{os.getpid()}.tmp"
-        temp.write_text(json.dumps(result.to_json(), default=str), encoding="utf-8")
-        os.replace(temp, self.folder / f"{key}.json")
+        write_json(self.folder / f"{key}.json", result.to_json())
 
 
 class BudgetSpent(Exception):
@@ -236,8 +242,9 @@ def minimize(
     options: Options | None = None,
     budget: int = 40,
     cache: Cache | None = None,
-) -> dict[str, Any]:
-    """Shrink ``variant``; write the minimal case, its script and minimize.json into out_dir."""
+) -> MinimizeResult:
+    """Shrink ``variant``; write the minimal case and its script into out_dir, with a
+    summary.json that `reprokit report` reads (the search's record in it)."""
     options = options or Options()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -255,45 +262,54 @@ def minimize(
     return _write(search, stopped, time.monotonic() - start)
 
 
-def _write(search: Search, stopped: str, seconds: float) -> dict[str, Any]:
-    """The minimal case file, its script, a run folder `reprokit report` reads, the table."""
+def _write(search: Search, stopped: str, seconds: float) -> MinimizeResult:
+    """The minimal case file and its script (with the files it names), and a run folder
+    `reprokit report` reads: the best result, expected to keep its outcome, and the search."""
     variant, out_dir = search.variant, search.out_dir
     minimal = Variant(dataclasses.replace(variant.case, matrix={}), search.best or variant.params)
     before, after = render(variant), render(minimal)
-    (out_dir / "repro.py").write_text(after, encoding="utf-8")
-    case_file = out_dir / "minimal.toml"
-    case_file.write_text(_case_toml(minimal, search.target), encoding="utf-8")
-    report = {
-        "case": variant.case.name,
-        "target": search.target.describe() if search.target else None,
-        "changes": [
-            {"param": k, "before": v, "after": minimal.params[k]}
+    found = MinimizeResult(
+        case=variant.case.name,
+        target=search.target.describe() if search.target else None,
+        changes=tuple(
+            Change(k, v, minimal.params[k])
             for k, v in variant.params.items()
             if minimal.params[k] != v
-        ],
-        "lines": [before.count("\n"), after.count("\n")],
-        "candidates": search.runs,
-        "cache_hits": search.hits,
-        "seconds": round(seconds, 1),
-        "stopped": stopped,
-    }
-    (out_dir / REPORT).write_text(json.dumps(report, indent=2), encoding="utf-8")
+        ),
+        lines=(before.count("\n"), after.count("\n")),
+        candidates=search.runs,
+        cache_hits=search.hits,
+        seconds=round(seconds, 1),
+        stopped=stopped,
+    )
+    folders = [out_dir]
+    summary = RunSummary(started="", finished="", env=capture_env(quick=True), minimized=found)
     if search.best_result is not None:
         result = dataclasses.replace(
-            search.best_result, label=minimal.label, case=minimal.case.name
+            search.best_result,
+            label=minimal.label,
+            case=minimal.case.name,
+            expected=search.best_result.outcome,  # the outcome it kept is the one to expect
         )
         shutil.rmtree(out_dir / minimal.label, ignore_errors=True)
         (out_dir / minimal.label).mkdir()
-        (out_dir / minimal.label / "repro.py").write_text(after, encoding="utf-8")
-        write_summary(RunSummary(started="", finished="", variants=(result,)), out_dir)
-    return report
+        folders.append(out_dir / minimal.label)
+        summary = summary.with_variants([result])
+    for folder in folders:
+        (folder / "repro.py").write_text(after, encoding="utf-8")
+        for name, source in minimal.files.items():
+            shutil.copyfile(source, folder / name)
+    (out_dir / "minimal.toml").write_text(_case_toml(minimal, search.target), encoding="utf-8")
+    write_summary(summary, out_dir)
+    return found
 
 
 def _case_toml(minimal: Variant, target: Observation | None) -> str:
     """The minimal case: only what differs from the template's defaults."""
     original = tomllib.loads(minimal.case.path.read_text("utf-8"))
     defaults = minimal.template.defaults()
-    params = {k: v for k, v in minimal.params.items() if defaults.get(k, object()) != v}
+    params = minimal.script_params()  # a file by its name: it is copied beside the case
+    params = {k: v for k, v in params.items() if defaults.get(k, object()) != v}
     data = {"case": {**original["case"], "title": f"{minimal.case.title} (minimized)"}}
     data |= {"params": params} if params else {}
     data |= {"compare": original["compare"]} if "compare" in original else {}

@@ -21,7 +21,7 @@ import pytest
 from reprokit.errors import ReprokitError
 
 if TYPE_CHECKING:
-    from reprokit.cases import Variant
+    from reprokit.generate.cases import Variant
     from reprokit.records import VariantResult
 
 _CASE_TABLE = re.compile(r"^\s*\[\s*case\s*\]", re.MULTILINE)
@@ -70,7 +70,7 @@ class CaseFile(pytest.File):
     """One case file: one item per variant."""
 
     def collect(self):
-        from reprokit.cases import load_case, variants
+        from reprokit.generate.cases import load_case, variants
 
         case = load_case(self.path, templates=_templates(self.config))
         group = _exclusive_group(self.config)
@@ -102,9 +102,9 @@ class CaseItem(pytest.Item):
         self.variant = variant
 
     def runtest(self) -> None:
-        from reprokit import backends
-        from reprokit.cases import Outcome
-        from reprokit.run import TIMEOUT, Interrupted, Options, run
+        from reprokit.generate.cases import Outcome
+        from reprokit.runner import backends
+        from reprokit.runner.scheduler import TIMEOUT, Interrupted, Options, run
 
         config = self.config
         options = Options(
@@ -191,7 +191,7 @@ def _run_dir(config: pytest.Config, label: str) -> Path:
 
 def _exclusive_group(config: pytest.Config) -> str | None:
     """The xdist group of every item when XLA runs on an accelerator, or a GPU is here."""
-    from reprokit import backends
+    from reprokit.runner import backends
 
     device = backends.xla_device(config.getoption("reprokit_xla_device"))
     if device != "CPU":

@@ -6,7 +6,6 @@ template front matter are read.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import itertools
 import re
@@ -16,31 +15,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.errors import ReprokitError
-from reprokit.render import Template, builtin_dir, find_template
+from reprokit.generate.templates import Template, builtin_dir, find_template
+from reprokit.records import Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
-class Outcome(enum.StrEnum):
-    """How a variant ended (DESIGN.md "Outcomes")."""
-
-    MATCH = "match"
-    MISMATCH = "mismatch"
-    ERROR = "error"
-    CRASH = "crash"
-    TIMEOUT = "timeout"
-    SKIPPED = "skipped"
-
-
 # Each table a case may hold, with its keys and their types; anything else is an error.
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "case": {"title": str, "template": str, "description": str, "tags": list},
-    "compare": {"rtol": (float, int), "atol": (float, int)},
+    "compare": {"rtol": (float, int), "atol": (float, int), "method": str},
     "expect": {"outcome": str},
 }
 _REQUIRED_KEYS = {"case": ("title", "template")}
 _EXPECTABLE = [o.value for o in Outcome if o is not Outcome.SKIPPED]
+METHODS = ("allclose", "fp64")  # [compare] method: tolerances, or error against float64
 
 
 @dataclass(frozen=True)
@@ -55,7 +45,7 @@ class Case:
     tags: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
     matrix: dict[str, list[Any]] = field(default_factory=dict)
-    compare: dict[str, float] = field(default_factory=dict)
+    compare: dict[str, Any] = field(default_factory=dict)
     expect: Outcome = Outcome.MATCH
 
 
@@ -85,6 +75,26 @@ class Variant:
     @property
     def tolerances(self) -> dict[str, float | None]:
         return {"rtol": self.case.compare.get("rtol"), "atol": self.case.compare.get("atol")}
+
+    @property
+    def method(self) -> str:
+        return self.case.compare.get("method", "allclose")
+
+    @property
+    def compare(self) -> dict[str, Any]:
+        """What templates see as ``compare``: the tolerances and the method."""
+        return {**self.tolerances, "method": self.method}
+
+    @property
+    def files(self) -> dict[str, Path]:
+        """The files its ``file`` parameters name, by the name they get beside the script."""
+        kinds = self.template.params
+        return {Path(v).name: Path(v) for k, v in self.params.items() if kinds[k].type == "file"}
+
+    def script_params(self) -> dict[str, Any]:
+        """The parameters as the script sees them: a file by its name (it lies beside it)."""
+        kinds = self.template.params
+        return {k: Path(v).name if kinds[k].type == "file" else v for k, v in self.params.items()}
 
     def case_info(self) -> dict[str, Any]:
         case = self.case
@@ -152,6 +162,7 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         where.fail("template", "case", exc.message, hint=exc.hint)
     params, matrix = sections["params"], sections["matrix"]
     _check_params(template, params, matrix, where)
+    params, matrix = _resolve_files(template, params, matrix, path.parent, where)
     expect = sections["expect"].get("outcome", Outcome.MATCH.value)
     if expect not in _EXPECTABLE:
         where.fail("outcome", "expect", f"unknown outcome {expect!r}", f"Use one of {_EXPECTABLE}.")
@@ -164,7 +175,7 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         tags=tuple(info.get("tags", ())),
         params=params,
         matrix=matrix,
-        compare={k: float(v) for k, v in sections["compare"].items()},
+        compare={k: v if k == "method" else float(v) for k, v in sections["compare"].items()},
         expect=Outcome(expect),
     )
 
@@ -190,7 +201,9 @@ def _check_keys(table: dict[str, Any], keys: dict[str, Any], name: str, where: _
             where.fail(key, name, f"[{name}] {key} has the wrong type: {type(value).__name__}")
         if key == "tags" and not all(isinstance(tag, str) for tag in value):
             where.fail(key, name, "[case] tags must be a list of strings")
-        if name == "compare" and value < 0:
+        if name == "compare" and key == "method" and value not in METHODS:
+            where.fail(key, name, f"unknown method {value!r}", f"Use one of {', '.join(METHODS)}.")
+        elif name == "compare" and key != "method" and value < 0:
             where.fail(key, name, f"[compare] {key} must not be negative")
 
 
@@ -214,6 +227,26 @@ def _check_params(
                 where.fail(key, section, f"{key} is set in both [params] and [matrix]")
 
 
+def _resolve_files(
+    template: Template, params: dict[str, Any], matrix: dict[str, Any], base: Path, where: _Locator
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``file`` parameters as absolute paths: a case names its files relative to itself."""
+    files = {name for name, p in template.params.items() if p.type == "file"}
+
+    def resolve(key: str, section: str, value: str) -> str:
+        path = (base / value).resolve()
+        if not path.is_file():
+            hint = "A file parameter is a path relative to the case file."
+            where.fail(key, section, f"{key}: no such file {str(path)!r}", hint)
+        return str(path)
+
+    params = {k: resolve(k, "params", v) if k in files else v for k, v in params.items()}
+    matrix = {
+        k: [resolve(k, "matrix", v) for v in vs] if k in files else vs for k, vs in matrix.items()
+    }
+    return params, matrix
+
+
 def variants(case: Case, sets: dict[str, Any] | None = None) -> list[Variant]:
     """The case's variants: one per combination of its matrix, ``sets`` applied last."""
     sets = sets or {}
@@ -227,6 +260,10 @@ def variants(case: Case, sets: dict[str, Any] | None = None) -> list[Variant]:
             )
         if problem := param.problem(value):
             raise ReprokitError(f"--set {key}: {key} {problem}", case.path, hint=param.describe())
+        if param.type == "file":  # typed on the command line: relative to where it was typed
+            if not Path(value).is_file():
+                raise ReprokitError(f"--set {key}: no such file {value!r}", hint=param.describe())
+            sets = {**sets, key: str(Path(value).resolve())}
     base = {**case.template.defaults(), **case.params, **sets}
     for param in case.template.params.values():
         if param.required and param.name not in base and param.name not in case.matrix:

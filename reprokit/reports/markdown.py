@@ -1,43 +1,21 @@
 """Reports of a run folder: an issue-ready report.md, a self-contained report.html, bundle.zip.
 
-Everything is rendered from summary.json's records (and each stage's result.json for loss
-curves), never by re-reading logs. report.md must fit one GitHub issue body (65,536
-characters) whatever the run's size: when it does not, the least important parts go first
-and the report says what bundle.zip holds instead.
+Everything is rendered from summary.json's records (and each failing variant's repro.py,
+which is inlined), never by re-reading logs or result files. report.md must fit one GitHub
+issue body (65,536 characters) whatever the run's size: when it does not, the least important
+parts go first and the report says what bundle.zip holds instead.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from reprokit.env import summary_rows
-from reprokit.errors import ReprokitError
-from reprokit.records import SUMMARY, read_summary
+from reprokit.records import Comparison, RunSummary, VariantResult
 from reprokit.redact import redact_text
-
-if TYPE_CHECKING:
-    from reprokit.compare import Comparison
-    from reprokit.records import RunSummary, VariantResult
 
 GITHUB_BODY_LIMIT = 65_536
 BUNDLE = "bundle.zip"
-FORMATS = ("md", "html", "json", "all")
-
-
-def load(run_dir: Path) -> RunSummary:
-    """The run's summary, or a clear error when the folder holds none (or a broken one)."""
-    path = Path(run_dir) / SUMMARY
-    if not path.is_file():
-        raise ReprokitError(
-            "no summary.json here", run_dir, hint="Give the folder `reprokit run -o` wrote."
-        )
-    try:
-        return read_summary(Path(run_dir))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ReprokitError(f"summary.json is not readable: {exc}", path) from None
 
 
 def verdict(summary: RunSummary) -> str:
@@ -103,13 +81,15 @@ def markdown(summary: RunSummary, run_dir: Path, limit: int = GITHUB_BODY_LIMIT)
 
 
 def _markdown(summary, run_dir, failing, budget: Budget) -> str:
-    parts = [f"**reprokit**: {verdict(summary)}", "", *minimized(run_dir)]
+    parts = [f"**reprokit**: {verdict(summary)}", ""]
+    if summary.minimized is not None:
+        parts += [summary.minimized.describe(), ""]
     for index, variant in enumerate(failing[: budget.variants]):
         parts += _variant_section(variant, run_dir, budget.rows, inline=index < budget.scripts)
     if budget.result_rows:
         parts += _results_table(summary.variants, budget.result_rows)
     parts += ["### Environment", "", "| | |", "| --- | --- |"]
-    parts += [f"| {_cell(k)} | {_cell(v)} |" for k, v in summary_rows(summary.env)]
+    parts += [f"| {_cell(k)} | {_cell(v)} |" for k, v in summary.env.rows()]
     parts += ["", f"Everything else is in `{BUNDLE}` (scripts, logs, results, environment)."]
     if budget.cut:
         cut = "; ".join(budget.cut.values())
@@ -124,15 +104,13 @@ def _variant_section(variant: VariantResult, run_dir: Path, rows: int, inline: b
     ]
     if variant.reason:
         lines += [_cell(variant.reason), ""]
-    failed = [s for s in variant.stages if s.status.value not in ("ok", "skipped")]
+    failed = [s for s in variant.stages if s.failed]
     for stage in failed:
         code = f"signal {stage.signal}" if stage.signal else f"exit code {stage.returncode}"
         lines.append(f"- stage `{stage.name}` ({stage.backend}): {stage.status.value}, {code}")
     lines += [""] if failed else []
     lines += divergence_lines(variant)
-    worst = sorted(
-        (c for c in variant.comparisons if not c.allclose), key=lambda c: -_num(c.max_abs)
-    )
+    worst = sorted((c for c in variant.comparisons if not c.allclose), key=lambda c: -c.max_abs)
     if worst:
         lines += [
             "| tensor | stage vs reference | shape | max abs | max rel | mismatched |",
@@ -160,49 +138,33 @@ def _variant_section(variant: VariantResult, run_dir: Path, rows: int, inline: b
     return lines
 
 
-def minimized(run_dir: Path) -> list[str]:
-    """ "Minimized from ... to ..." when the folder is one `reprokit minimize` wrote."""
-    path = Path(run_dir) / "minimize.json"
-    if not path.is_file():
-        return []
-    found = json.loads(path.read_text("utf-8"))
-    before = ", ".join(f"{c['param']}={c['before']!r}" for c in found["changes"])
-    after = ", ".join(f"{c['param']}={c['after']!r}" for c in found["changes"])
-    lines = found["lines"]
-    return [
-        f"Minimized from `{before}` to `{after}` (script {lines[0]} -> {lines[1]} lines, "
-        f"{found['candidates']} candidate runs), still {found['target']}.",
-        "",
-    ]
-
-
 def divergence_lines(variant: VariantResult) -> list[str]:
     """Where each target stage first leaves its reference, and which tensors agree before."""
-    from reprokit.compare import divergence_summary  # torch: loaded with the comparisons
-
-    lines = []
-    for target, tensor in variant.first_divergence.items():
-        if tensor is not None:
-            found = [c for c in variant.comparisons if c.target == target]
-            lines.append(f"First divergence in `{target}`: {divergence_summary(found)}.")
+    lines = [
+        f"First divergence in `{target}`: {variant.divergence(target)}."
+        for target, tensor in variant.first_divergence.items()
+        if tensor is not None
+    ]
     return [*lines, ""] if lines else []
 
 
 def _diff_row(c: Comparison) -> str:
-    shape = "x".join(map(str, c.shape)) if c.shape else (c.note or "scalar")
-    mismatched = f"{c.mismatched}/{c.total}" if not c.note else _cell(c.note)
+    cells = {k: _cell(v) for k, v in c.cells().items()}
+    shape = cells["note"] if c.shape is None else cells["shape"]
+    mismatched = cells["note"] or cells["mismatched"]
     return (
-        f"| `{_cell(c.tensor)}` | {c.target} vs {c.reference} | {shape or 'scalar'} | "
-        f"{_num(c.max_abs):.3g} | {_num(c.max_rel):.3g} | {mismatched} |"
+        f"| `{cells['tensor']}` | {cells['stages']} | {shape} | {cells['max_abs']} | "
+        f"{cells['max_rel']} | {mismatched} |"
     )
 
 
 def _results_table(variants, rows: int) -> list[str]:
     shown = sorted(variants, key=lambda v: v.passed is not False)[:rows]
+    marks = {"pass": "yes", "fail": "**no**", "skip": "skipped"}
     lines = ["### Results", "", "| variant | outcome | expected | as expected | seconds |"]
     lines.append("| --- | --- | --- | --- | ---: |")
     for v in shown:
-        mark = {True: "yes", False: "**no**", None: "skipped"}[v.passed]
+        mark = marks[v.mark]
         lines.append(
             f"| `{_cell(v.label)}` | {v.outcome.value} | {v.expected.value} | {mark} | "
             f"{v.seconds:.1f} |"
@@ -215,35 +177,3 @@ def _results_table(variants, rows: int) -> list[str]:
 def _cell(value: object) -> str:
     """Text safe inside a Markdown table cell."""
     return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _num(value: object) -> float:
-    return float(value)  # summary.json writes inf as "inf"
-
-
-def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None = None):
-    """Write the asked-for reports (and always bundle.zip); return their paths."""
-    if formats not in FORMATS:
-        raise ReprokitError(f"unknown format {formats!r}", hint=f"Use one of {', '.join(FORMATS)}.")
-    summary = load(run_dir)
-    out_dir = Path(out_dir or run_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    if formats in ("md", "all"):
-        written.append(_write(out_dir / "report.md", markdown(summary, run_dir)))
-    if formats in ("html", "all"):
-        from reprokit.report_html import html  # matplotlib: only when asked for
-
-        written.append(_write(out_dir / "report.html", html(summary, run_dir)))
-    if formats in ("json", "all"):
-        data = {"verdict": verdict(summary), **summary.to_json()}
-        written.append(_write(out_dir / "report.json", redact_text(json.dumps(data, indent=2))))
-    from reprokit.bundle import write_bundle
-
-    written.append(write_bundle(run_dir, out_dir / BUNDLE))
-    return summary, written
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path

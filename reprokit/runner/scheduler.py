@@ -18,33 +18,31 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import datetime
+import enum
 import functools
 import importlib
-import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import filelock
 
-from reprokit import backends
-from reprokit.cases import Variant
-from reprokit.dag import Stage, blocked, parse_stages
-from reprokit.env import capture as capture_env
+from reprokit import env
+from reprokit.comparison.verdict import verdict
 from reprokit.errors import ReprokitError
-from reprokit.procs import GRACE, LOG_CAP, Status, run_process
-from reprokit.records import RunSummary, StageResult, VariantResult, run_env, write_summary
-from reprokit.redact import redact_file, redact_text, secret_values
-from reprokit.render import render
-from reprokit.verdict import verdict
-
-TIMEOUT = 600.0  # seconds a stage may run by default
+from reprokit.generate.cases import Variant
+from reprokit.generate.render import render
+from reprokit.records import RunSummary, Stage, StageResult, Status, VariantResult, write_summary
+from reprokit.redact import redact_text
+from reprokit.runner import backends
+from reprokit.runner.dag import blocked
+from reprokit.runner.options import Options
+from reprokit.runner.stage import LocalExecutor, StageJob, StagesUnlisted, with_devices
 
 
 class Interrupted(Exception):
@@ -63,32 +61,6 @@ class Reporter(Protocol):
     def variant_finished(self, result: VariantResult) -> None: ...
 
 
-@dataclass(frozen=True)
-class Options:
-    """How to run: the knobs shared by the CLI, the pytest plugin and the benchmarks."""
-
-    jobs: int = 1
-    timeout: float = TIMEOUT
-    xla_device: str = "CPU"
-    templates: tuple[Path, ...] = ()
-    log_cap: int = LOG_CAP
-    grace: float = GRACE
-    python: str = sys.executable
-
-
-def jobs(value: str) -> int:
-    """``-n``: a number of parallel slots, or ``auto`` for one per CPU."""
-    if value == "auto":
-        return os.cpu_count() or 1
-    if not value.isdigit() or int(value) < 1:
-        raise ReprokitError(f"-n {value!r} is neither a positive number nor auto", hint="-n 4")
-    return int(value)
-
-
-def default_run_dir() -> Path:
-    return Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
 def run(
     variants: Iterable[Variant],
     *,
@@ -96,6 +68,7 @@ def run(
     options: Options | None = None,
     reporter: Reporter | None = None,
     argv: Iterable[str] = (),
+    executor: LocalExecutor | None = None,
 ) -> RunSummary:
     """Run ``variants`` into ``run_dir`` and return the summary (also in summary.json).
 
@@ -118,13 +91,24 @@ def run(
         unique = {v.label: v for v in variants}  # a case named twice runs once
         states = [_prepare(i, v, run_dir, options) for i, v in enumerate(unique.values())]
         argv = tuple(redact_text(arg) for arg in argv)  # a --set may carry a token
-        return _Scheduler(states, run_dir, options, reporter).run(argv)
+        executor = executor or LocalExecutor(options)
+        summary = _Summary(run_dir, argv)
+        return _Scheduler(states, options, executor, summary, reporter).run()
     finally:
         lock.release()
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+class Phase(enum.Enum):
+    """Where one variant is: each phase hands it to the next, in this order."""
+
+    PENDING = "pending"  # rendered, waiting for a slot
+    LISTING = "listing"  # its script is asked for the stage DAG
+    RUNNING = "running"  # its stages run as they become ready
+    JUDGING = "judging"  # every stage has a result: the verdict is computed
 
 
 @dataclass
@@ -134,7 +118,7 @@ class _State:
     index: int
     variant: Variant
     folder: Path
-    phase: str = "pending"  # pending, listing, running, verdict
+    phase: Phase = Phase.PENDING
     stages: list[Stage] = field(default_factory=list)
     results: dict[str, StageResult] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)
@@ -144,22 +128,64 @@ class _State:
     @property
     def ended(self) -> bool:
         """Every stage has a result (ran, or was skipped)."""
-        return self.phase == "running" and len(self.results) == len(self.stages)
+        return self.phase is Phase.RUNNING and len(self.results) == len(self.stages)
+
+    def ready(self) -> list[Stage]:
+        """Stages whose needs all ended well, not yet started."""
+        if self.phase is not Phase.RUNNING:
+            return []
+        done = self.results
+        return [
+            stage
+            for stage in self.stages
+            if stage.name not in done
+            and stage.name not in self.running
+            and all(n in done and done[n].status is Status.OK for n in stage.needs)
+        ]
+
+    def verdict(self) -> VariantResult:
+        seconds = time.monotonic() - self.start
+        return verdict(self.variant, self.stages, self.results, self.folder, seconds, self.reason)
 
 
 def _prepare(index: int, variant: Variant, run_dir: Path, options: Options) -> _State:
-    """Render the script into its folder, clearing what an earlier run left there."""
+    """Render the script into its folder, with the files the case brings beside it, clearing
+    what an earlier run left there."""
     script = render(variant, templates=options.templates)
     folder = run_dir / variant.label
     shutil.rmtree(folder / "stages", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "repro.py").write_text(script, encoding="utf-8")
+    for name, source in variant.files.items():
+        shutil.copyfile(source, folder / name)
     return _State(index, variant, folder)
 
 
-def _verdict(state: _State) -> VariantResult:
-    seconds = time.monotonic() - state.start
-    return verdict(state.variant, state.stages, state.results, state.folder, seconds, state.reason)
+class _Summary:
+    """summary.json as variants finish: the finished ones in order, the environment."""
+
+    def __init__(self, run_dir: Path, argv: tuple[str, ...]) -> None:
+        self.run_dir = run_dir
+        self.finished: dict[int, VariantResult] = {}
+        self.summary = RunSummary(started=_now(), argv=argv, env=env.capture(quick=True))
+        # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
+        # and replaces the short one once done. No XLA probe: it could hold a TPU a stage needs.
+        self.capture = cf.ThreadPoolExecutor(1).submit(env.capture, probe_xla=False)
+
+    def add(self, index: int, result: VariantResult) -> None:
+        self.finished[index] = result
+        self.write()
+
+    def write(self, *, interrupted: bool = False, wait_env: bool = False) -> RunSummary:
+        if wait_env:
+            cf.wait([self.capture])
+        changes: dict[str, Any] = {"finished": _now(), "interrupted": interrupted}
+        if self.capture.done() and self.capture.exception() is None:
+            changes["env"] = self.capture.result()
+        variants = (self.finished[i] for i in sorted(self.finished))
+        self.summary = self.summary.with_variants(variants, **changes)
+        write_summary(self.summary, self.run_dir)
+        return self.summary
 
 
 class _Terminated(Exception):
@@ -167,42 +193,44 @@ class _Terminated(Exception):
 
 
 class _Scheduler:
-    """Hands ready work to a pool of ``jobs`` threads until every variant has a verdict."""
+    """Hands ready work to a pool of ``jobs`` threads until every variant has a verdict.
+
+    Three kinds of work take a slot: listing a variant's stages, running a stage (through
+    the executor), and a verdict (which loads and compares tensors).
+    """
 
     def __init__(
-        self, states: list[_State], run_dir: Path, options: Options, reporter: Reporter | None
+        self,
+        states: list[_State],
+        options: Options,
+        executor: LocalExecutor,
+        summary: _Summary,
+        reporter: Reporter | None,
     ) -> None:
         self.pending = list(states)
         self.active: list[_State] = []
-        self.run_dir, self.options, self.reporter = run_dir, options, reporter
+        self.options, self.executor, self.summary = options, executor, summary
+        self.reporter = reporter
         self.slots = max(1, options.jobs)
         self.stop = threading.Event()  # tells every child's driver to kill its group
         self.busy: set[str] = set()  # exclusive devices a running stage holds
-        self.inflight: dict[cf.Future[Any], Callable[[Any], None]] = {}
+        self.inflight: dict[cf.Future[Any], Callable[[cf.Future[Any]], None]] = {}
         self.pool = cf.ThreadPoolExecutor(self.slots, thread_name_prefix="reprokit")
-        self.finished: dict[int, VariantResult] = {}
-        self.summary = RunSummary(started=_now(), env=run_env())
-        # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
-        # and replaces the short one once done. No XLA probe: it could hold a TPU a stage needs.
-        self.capture = cf.ThreadPoolExecutor(1).submit(capture_env, probe_xla=False)
-        self.secrets = secret_values()  # what a stage prints of them never reaches its logs
 
-    def run(self, argv: tuple[str, ...]) -> RunSummary:
-        self.summary = replace(self.summary, argv=argv)
+    def run(self) -> RunSummary:
         try:
             with _signals_raise():
-                self._write()
+                self.summary.write()
                 self._loop()
         except (KeyboardInterrupt, _Terminated):
             self._abandon()
-            raise Interrupted(self._write(interrupted=True)) from None
+            raise Interrupted(self.summary.write(interrupted=True)) from None
         except BaseException:
             self._abandon()
             raise
         finally:
             self.pool.shutdown(wait=True)
-        cf.wait([self.capture])
-        return self._write()
+        return self.summary.write(wait_env=True)
 
     def _loop(self) -> None:
         while True:
@@ -212,7 +240,7 @@ class _Scheduler:
                 return
             done, _ = cf.wait(self.inflight, timeout=0.5, return_when=cf.FIRST_COMPLETED)
             for future in done:
-                self.inflight.pop(future)(future.result())
+                self.inflight.pop(future)(future)
 
     def _abandon(self) -> None:
         """Stop every child (the threads driving them kill their groups) and wait for them."""
@@ -221,20 +249,10 @@ class _Scheduler:
             cf.wait(self.inflight)
             for future, then in list(self.inflight.items()):
                 if future.exception() is None:  # a verdict that finished meanwhile is kept
-                    then(future.result())
+                    then(future)
             self.inflight.clear()
 
-    def _write(self, *, interrupted: bool = False) -> RunSummary:
-        variants = tuple(self.finished[i] for i in sorted(self.finished))
-        self.summary = replace(
-            self.summary, variants=variants, finished=_now(), interrupted=interrupted
-        )
-        if self.capture.done() and self.capture.exception() is None:
-            self.summary = replace(self.summary, env=self.capture.result())
-        write_summary(self.summary, self.run_dir)
-        return self.summary
-
-    def _submit(self, call: Callable[[], Any], then: Callable[[Any], None]) -> bool:
+    def _submit(self, call: Callable[[], Any], then: Callable[[cf.Future[Any]], None]) -> bool:
         self.inflight[self.pool.submit(call)] = then
         return True
 
@@ -245,75 +263,37 @@ class _Scheduler:
         """
         for state in self.active:
             if state.ended:
-                state.phase = "verdict"
+                state.phase = Phase.JUDGING
                 self.active.remove(state)
-                return self._submit(
-                    lambda s=state: _verdict(s), lambda got, s=state: self._finished(s.index, got)
-                )
+                return self._submit(state.verdict, lambda f, s=state: self._judged(s, f.result()))
         for state in self.active:
-            if (stage := self._ready(state)) is not None:
-                return self._start_stage(state, stage)
+            for stage in state.ready():
+                if self._device(stage) not in self.busy:
+                    return self._start_stage(state, stage)
         if not self.pending:
             return False
         state = self.pending.pop(0)
-        state.phase, state.start = "listing", time.monotonic()
+        state.phase, state.start = Phase.LISTING, time.monotonic()
         self.active.append(state)
-        return self._submit(lambda: self._list(state), lambda got: self._listed(state, *got))
-
-    def _ready(self, state: _State) -> Stage | None:
-        if state.phase != "running":
-            return None
-        done = state.results
-        for stage in state.stages:
-            if stage.name in done or stage.name in state.running:
-                continue
-            if all(n in done and done[n].status is Status.OK for n in stage.needs):
-                if self._device(stage) not in self.busy:
-                    return stage
-        return None
+        return self._submit(
+            lambda: self.executor.list_stages(state.folder, self.stop),
+            lambda future: self._listed(state, future),
+        )
 
     def _device(self, stage: Stage) -> str | None:
         return backends.exclusive_device(stage.backend, self.options.xla_device)
 
-    def _start_stage(self, state: _State, stage: Stage) -> bool:
-        state.running.add(stage.name)
-        device = self._device(stage)
-        if device is not None:
-            self.busy.add(device)
-        if self.reporter:
-            self.reporter.stage_started(state.variant.label, stage.name)
-
-        def then(result: StageResult) -> None:
-            state.running.discard(stage.name)
-            self.busy.discard(device or "")
-            state.results[stage.name] = result
-            state.results.update(blocked(state.stages, state.results))
-            if self.reporter:
-                self.reporter.stage_finished(state.variant.label, result)
-
-        return self._submit(lambda: self._run_stage(state, stage), then)
-
-    def _list(self, state: _State) -> tuple[StageResult, list[Stage] | str]:
-        """Ask the script for its stages (in a pool thread); a string says what went wrong."""
-        result = self._spawn(state, "--list-stages", ["--list-stages"], "cpu", "list-stages.")
-        if result.status is not Status.OK:
-            return result, f"--list-stages {result.ended()}"
-        text = (state.folder / "list-stages.stdout.log").read_text("utf-8", "replace")
+    def _listed(self, state: _State, future: cf.Future[tuple[StageResult, list[Stage]]]) -> None:
+        state.phase = Phase.RUNNING
         try:
-            stages = parse_stages(text)
-        except ValueError as exc:
-            return replace(result, status=Status.ERROR), f"--list-stages gave no stage DAG: {exc}"
-        for stage in stages:  # a probe may take seconds (CUDA): here, not in the scheduler
-            backends.unavailable(stage.backend)
-        return result, stages
-
-    def _listed(self, state: _State, result: StageResult, stages: list[Stage] | str) -> None:
-        state.phase = "running"
-        if isinstance(stages, str):  # the verdict is an error, and says why
-            state.reason = stages
-            state.stages, state.results = [Stage(result.name, "cpu")], {result.name: result}
+            _, stages = future.result()
+        except StagesUnlisted as exc:  # the verdict is an error, and says why
+            state.reason = str(exc)
+            state.stages = [Stage(exc.result.name, "cpu")]
+            state.results = {exc.result.name: exc.result}
             return
-        state.stages = stages
+        template = state.variant.template.path
+        state.stages = with_devices(stages, state.variant.params, template)
         if any(stage.reference for stage in stages):
             _prewarm_compare()
         for stage in stages:
@@ -323,52 +303,28 @@ class _Scheduler:
                 )
         state.results.update(blocked(state.stages, state.results))
 
-    def _run_stage(self, state: _State, stage: Stage) -> StageResult:
-        (state.folder / "stages" / stage.name).mkdir(parents=True, exist_ok=True)
-        args = ["--stage", stage.name, "--workdir", "stages"]
-        args += ["--xla-device", self.options.xla_device]
-        return self._spawn(state, stage.name, args, stage.backend, f"stages/{stage.name}/")
+    def _start_stage(self, state: _State, stage: Stage) -> bool:
+        state.running.add(stage.name)
+        device = self._device(stage)
+        if device is not None:
+            self.busy.add(device)
+        if self.reporter:
+            self.reporter.stage_started(state.variant.label, stage.name)
 
-    def _spawn(
-        self, state: _State, name: str, args: list[str], backend: str, logs: str
-    ) -> StageResult:
-        """One child in the variant's folder: ``python repro.py ARGS``, logs at ``logs*``."""
-        spmd = state.variant.params.get("spmd_devices")
-        env = backends.stage_env(
-            backend,
-            self.options.xla_device,
-            spmd_devices=spmd if isinstance(spmd, int) else backends.SPMD_DEVICES,
-        )
-        ended = run_process(
-            [self.options.python, "repro.py", *args],
-            stdout=state.folder / f"{logs}stdout.log",
-            stderr=state.folder / f"{logs}stderr.log",
-            env=env,
-            cwd=state.folder,
-            timeout=self.options.timeout,
-            stop=self.stop,
-            log_cap=self.options.log_cap,
-            grace=self.options.grace,
-        )
-        for log in ("stdout.log", "stderr.log"):
-            redact_file(state.folder / f"{logs}{log}", self.secrets)
-        notes = [f"killed after --timeout {self.options.timeout:g} s"]
-        notes = notes if ended.status is Status.TIMEOUT else []
-        if ended.cut:
-            notes.append(f"middle of {', '.join(ended.cut)} cut (cap {self.options.log_cap} bytes)")
-        return StageResult(
-            name,
-            backend,
-            ended.status,
-            ended.returncode,
-            ended.signal,
-            ended.seconds,
-            "; ".join(notes) or None,
-        )
+        def then(future: cf.Future[StageResult]) -> None:
+            result = future.result()
+            state.running.discard(stage.name)
+            self.busy.discard(device or "")
+            state.results[stage.name] = result
+            state.results.update(blocked(state.stages, state.results))
+            if self.reporter:
+                self.reporter.stage_finished(state.variant.label, result)
 
-    def _finished(self, index: int, result: VariantResult) -> None:
-        self.finished[index] = result
-        self._write()
+        job = StageJob(state.folder, stage)
+        return self._submit(lambda: self.executor.run_stage(job, self.stop), then)
+
+    def _judged(self, state: _State, result: VariantResult) -> None:
+        self.summary.add(state.index, result)
         if self.reporter:
             self.reporter.variant_finished(result)
 
@@ -380,7 +336,7 @@ def _prewarm_compare() -> None:
     It takes seconds; done at the first verdict instead, it would add them to the run.
     """
     threading.Thread(
-        target=importlib.import_module, args=("reprokit.compare",), daemon=True
+        target=importlib.import_module, args=("reprokit.comparison.tensors",), daemon=True
     ).start()
 
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from reprokit.errors import ReprokitError
+
 BACKENDS = ("cpu", "xla", "xla_spmd", "xla_multicore", "cuda")
 XLA_DEVICES = ("CPU", "TPU", "CUDA")
 SPMD_DEVICES = 4  # virtual CPU devices for xla_spmd when the variant does not say
@@ -30,16 +32,20 @@ def stage_env(
     backend: str,
     xla_device: str,
     *,
-    spmd_devices: int = SPMD_DEVICES,
+    devices: int | None = None,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The environment of one stage's process: ours, plus what its backend needs."""
+    """The environment of one stage's process: ours, plus what its backend needs.
+
+    The one place the harness sets a backend's variables; the scripts set the same ones
+    themselves (the protocol macro), so that they also run without reprokit.
+    """
     env = dict(os.environ if base is None else base)
     env["PYTHONUNBUFFERED"] = "1"  # what a killed stage printed last is in its log
     if backend.startswith("xla"):
         env["PJRT_DEVICE"] = xla_device
     if xla_device == "CPU" and backend == "xla_spmd":
-        env["CPU_NUM_DEVICES"] = str(spmd_devices)
+        env["CPU_NUM_DEVICES"] = str(devices or SPMD_DEVICES)
     elif xla_device == "CPU" and backend == "xla_multicore":
         env["CPU_NUM_DEVICES"] = "1"  # xmp.spawn aborts with more than one CPU device
     return env
@@ -84,8 +90,6 @@ def xla_device(value: str | None) -> str:
     if value is None:
         return default_xla_device()
     if value.upper() not in XLA_DEVICES:
-        from reprokit.errors import ReprokitError
-
         raise ReprokitError(
             f"--xla-device {value!r} is not a device kind", hint=f"Use {', '.join(XLA_DEVICES)}."
         )

@@ -38,8 +38,9 @@ from typing import Any
 
 import torch
 
-from reprokit.compare import flatten
+from reprokit.comparison.tensors import compare_tensors
 from reprokit.errors import ReprokitError
+from reprokit.records import Comparison
 
 Loader = Callable[[], torch.Tensor]
 _CODE_HINT = "Checkpoints are data: only tensors and plain containers are loaded (weights_only)."
@@ -83,6 +84,53 @@ def open_checkpoint(path: Path | str) -> Checkpoint:
         if Path(f"{path}.tensors").is_dir():
             return Checkpoint(path, "xser", _xser_loaders(path))
         return Checkpoint(path, "torch.save", _torch_loaders(path))
+
+
+def diff_checkpoints(
+    reference: Path | str,
+    target: Path | str,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> list[Comparison]:
+    """``reprokit diff``: every tensor of two checkpoints, of any format, one at a time."""
+    expected, actual = open_checkpoint(reference), open_checkpoint(target)
+    return compare_tensors(
+        expected, actual, rtol=rtol, atol=atol, reference=str(reference), target=str(target)
+    )
+
+
+def load_tensors(path: Path | str) -> dict[str, torch.Tensor]:
+    """A tensors.pt file as a flat dict of CPU tensors; never runs code from the file."""
+    path = Path(path)
+    with reading(path):
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    return flatten(data, source=path)
+
+
+def flatten(
+    data: Any, prefix: str = "", *, source: Path | str = "", leaf: type | None = None
+) -> dict[str, torch.Tensor]:
+    """Nested dicts and lists of tensors as one dict with dotted names (``model.fc.weight``).
+
+    ``leaf`` names one more type kept as a value (a checkpoint's reference to a tensor file).
+    """
+    if isinstance(data, torch.Tensor) or (leaf is not None and isinstance(data, leaf)):
+        return {prefix or "tensor": data}
+    items = (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list | tuple)
+        else None
+    )
+    if items is None:
+        return {}  # numbers, strings and None carry no tensor to compare
+    flat: dict[str, torch.Tensor] = {}
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix else str(key)
+        flat.update(flatten(value, name, source=source, leaf=leaf))
+    return flat
 
 
 @contextmanager

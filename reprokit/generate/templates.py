@@ -1,4 +1,4 @@
-"""Templates: find them, read their parameter declarations, render a variant into a script.
+"""Templates: find them and read their parameter declarations (TOML front matter).
 
 A template is one file, ``templates/<name>.py.j2``. It opens with a Jinja comment holding
 TOML, its declarations, so that a user's template is a single file too::
@@ -8,16 +8,14 @@ TOML, its declarations, so that a user's template is a single file too::
     [params]
     layers = {type = "int", default = 2, min = 1, help = "hidden layers of the MLP"}
     seed = {type = "int", default = 0, help = "the seed", minimize = false}
+    program = {type = "file", help = "a file the case brings, copied next to the script"}
     -#}
 
-Every value from a case reaches the script as a Python literal (``repr`` of the checked
-value): a string can never become code, whatever it holds. Templates that want plain text
-(a title in a comment) or a name ask for it with the ``comment`` or ``ident`` filter.
+Reading the declarations needs only the standard library: listing never imports torch.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -25,19 +23,12 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import jinja2
-from jinja2 import meta
-from jinja2.sandbox import SandboxedEnvironment
-from markupsafe import Markup
-
 from reprokit.errors import ReprokitError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from reprokit.cases import Variant
-
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # reprokit/
 _FRONT_MATTER = re.compile(r"\A\{#-?\s*reprokit\s*\n(?P<toml>.*?)-?#\}", re.DOTALL)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -46,6 +37,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "str": (str,),
     "list": (list,),
+    "file": (str,),  # a path, relative to the case file; the script gets the file's name
 }
 _REQUIRED = object()
 SUFFIX = ".py.j2"
@@ -162,7 +154,7 @@ def _param(path: Path, key: str, decl: Any) -> Param:
         raise ReprokitError(
             f"parameter {key!r} is badly declared",
             path,
-            hint=f'Declare it as {key} = {{type = "int|float|bool|str|list", default = ..., '
+            hint=f'Declare it as {key} = {{type = "int|float|bool|str|list|file", default = ..., '
             'help = "..."}, with min = ... for numbers and choices = [...] where it fits.',
         )
     choices = decl.get("choices")
@@ -178,72 +170,3 @@ def _param(path: Path, key: str, decl: Any) -> Param:
     if not param.required and (problem := param.problem(param.default)):
         raise ReprokitError(f"the default of parameter {key!r} {problem}", path)
     return param
-
-
-def _python_literal(value: Any) -> Markup:
-    """Every ``{{ value }}`` becomes a Python literal, so case data cannot become code."""
-    if isinstance(value, Markup):  # output of a macro or of the comment filter
-        return value
-    if isinstance(value, str):  # JSON's string escapes are all valid in Python too
-        return Markup(json.dumps(value))
-    return Markup(repr(value))
-
-
-def _comment(value: Any) -> Markup:
-    """Plain text safe inside a ``#`` comment: every line break starts a new comment."""
-    return Markup(re.sub(r"\s*[\r\n]+\s*", "\n# ", str(value).strip()))
-
-
-def _identifier(value: Any) -> Markup:
-    """A dotted Python name, checked, for templates that choose a class or function by name."""
-    if not re.fullmatch(r"[A-Za-z_][\w.]*", str(value)):
-        raise ValueError(f"not a Python name: {value!r}")
-    return Markup(value)
-
-
-@cache
-def environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
-    """The one Jinja environment: sandboxed, strict about undefined names."""
-    env = SandboxedEnvironment(
-        loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=True,  # with _python_literal as finalize: escaping means "make it a literal"
-        finalize=_python_literal,
-    )
-    env.filters["comment"] = _comment
-    env.filters["ident"] = _identifier
-    return env
-
-
-def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
-    """The standalone script of ``variant``, checked to be valid Python."""
-    template = variant.template
-    # the template's own folder first: a case found with --templates renders without it too
-    dirs = dict.fromkeys([template.path.parent, *template_dirs(templates)])
-    env = environment(tuple(dirs))
-    context = {**variant.params, "case": variant.case_info(), "compare": variant.tolerances}
-    source = template.path.read_text(encoding="utf-8")
-    try:
-        unset = sorted(meta.find_undeclared_variables(env.parse(source)) - context.keys())
-        if unset:
-            raise ReprokitError(
-                f"the template uses {', '.join(unset)}, which it does not declare",
-                template.path,
-                hint="Declare every variable the template uses in its front matter [params].",
-            )
-        script = env.get_template(template.path.name).render(context)
-    except jinja2.TemplateError as exc:
-        line = getattr(exc, "lineno", None)
-        raise ReprokitError(f"cannot render: {exc}", template.path, line) from None
-    try:
-        compile(script, f"{variant.label}.py", "exec")
-    except SyntaxError as exc:
-        raise ReprokitError(
-            f"the rendered script is not valid Python: {exc.msg} (script line {exc.lineno})",
-            template.path,
-            hint="Fix the template; `reprokit render` shows the script it made.",
-        ) from None
-    return script

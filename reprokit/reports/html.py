@@ -8,12 +8,10 @@ matplotlib draws them as inline SVG, so the page is one file that opens anywhere
 from __future__ import annotations
 
 import io
-import json
 import math
 import re
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -21,12 +19,9 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from reprokit.env import summary_rows
+from reprokit.records import RunSummary, VariantResult
 from reprokit.redact import redact_text
-from reprokit.report import divergence_lines, verdict
-
-if TYPE_CHECKING:
-    from reprokit.records import RunSummary, VariantResult
+from reprokit.reports.markdown import divergence_lines, verdict
 
 MAX_FIGURES = 12  # per kind: a page of 500 variants must still open quickly
 _STYLE = """
@@ -45,11 +40,11 @@ def html(summary: RunSummary, run_dir: Path) -> str:
     failing = [v for v in summary.variants if v.passed is False]
     for variant in failing[:MAX_FIGURES]:
         body += _variant(variant)
-    body += _figures("Loss curves per backend", _loss_figures(summary.variants, Path(run_dir)))
+    body += _figures("Loss curves per backend", _loss_figures(summary.variants))
     body += _figures("Size of each tensor's difference", _diff_figures(summary.variants))
     body += _figures("Stage timings", [_timing_figure(summary.variants)])
     rows = "".join(
-        f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary_rows(summary.env)
+        f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary.env.rows()
     )
     body.append(f"<h2>Environment</h2><table>{rows}</table>")
     page = (
@@ -63,7 +58,7 @@ def html(summary: RunSummary, run_dir: Path) -> str:
 def _results(variants) -> list[str]:
     rows = []
     for v in variants:
-        mark = {True: ("ok", "yes"), False: ("bad", "no"), None: ("", "skipped")}[v.passed]
+        mark = {"pass": ("ok", "yes"), "fail": ("bad", "no"), "skip": ("", "skipped")}[v.mark]
         rows.append(
             f"<tr><td><code>{escape(v.label)}</code></td><td>{v.outcome.value}</td>"
             f"<td>{v.expected.value}</td><td class='{mark[0]}'>{mark[1]}</td>"
@@ -79,15 +74,16 @@ def _variant(variant: VariantResult) -> list[str]:
         f"(expected {variant.expected.value})</h2>"
     ]
     lines += [f"<p>{_text(line)}</p>" for line in divergence_lines(variant) if line]
+    cells = [{k: escape(v) for k, v in c.cells().items()} for c in variant.comparisons
+             if not c.allclose]  # fmt: skip
     rows = "".join(
-        f"<tr><td><code>{escape(c.tensor)}</code></td><td>{escape(c.target)}</td>"
-        f"<td class='num'>{float(c.max_abs):.3g}</td><td class='num'>{float(c.max_rel):.3g}</td>"
-        f"<td class='num'>{c.mismatched}/{c.total}</td><td>{escape(c.note)}</td></tr>"
-        for c in variant.comparisons
-        if not c.allclose
+        f"<tr><td><code>{c['tensor']}</code></td><td>{c['stages']}</td>"
+        f"<td class='num'>{c['max_abs']}</td><td class='num'>{c['max_rel']}</td>"
+        f"<td class='num'>{c['mismatched']}</td><td>{c['note']}</td></tr>"
+        for c in cells
     )
     if rows:
-        head = "<tr><th>tensor</th><th>stage</th><th>max abs</th><th>max rel</th>"
+        head = "<tr><th>tensor</th><th>stages</th><th>max abs</th><th>max rel</th>"
         lines.append(f"<table>{head}<th>mismatched</th><th>note</th></tr>{rows}</table>")
     return lines
 
@@ -112,10 +108,10 @@ def _svg(figure) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline SVG
 
 
-def _loss_figures(variants, run_dir: Path) -> list:
+def _loss_figures(variants) -> list:
     figures = []
     for variant in variants:
-        curves = _loss_curves(run_dir / variant.label / "stages", variant)
+        curves = _loss_curves(variant)
         if curves and len(figures) < MAX_FIGURES:
             figure, axes = plt.subplots(figsize=(5, 3))
             for label, values in curves.items():
@@ -127,19 +123,14 @@ def _loss_figures(variants, run_dir: Path) -> list:
     return figures
 
 
-def _loss_curves(stages_dir: Path, variant: VariantResult) -> dict[str, list[float]]:
-    """Every loss series (two or more steps) that a stage put in its result.json."""
-    curves = {}
-    for stage in variant.stages:
-        path = stages_dir / stage.name / "result.json"
-        try:
-            metrics = json.loads(path.read_text(encoding="utf-8")).get("metrics", {})
-        except (OSError, ValueError, AttributeError):
-            continue
-        for key, values in metrics.items():
-            if "loss" in key and isinstance(values, list) and len(values) > 1:
-                curves[f"{stage.name} ({stage.backend}): {key}"] = values
-    return curves
+def _loss_curves(variant: VariantResult) -> dict[str, list[float]]:
+    """Every loss series (two or more steps) among the stages' metrics."""
+    return {
+        f"{stage.name} ({stage.backend}): {key}": values
+        for stage in variant.stages
+        for key, values in stage.metrics.items()
+        if "loss" in key and isinstance(values, list) and len(values) > 1
+    }
 
 
 def _diff_figures(variants) -> list:
@@ -149,7 +140,7 @@ def _diff_figures(variants) -> list:
         if not shown:
             continue
         figure, axes = plt.subplots(figsize=(6, 0.5 + 0.22 * len(shown)))
-        values = [max(float(c.max_abs), 1e-30) for c in shown]  # log scale: 0 drawn at 1e-30
+        values = [max(c.max_abs, 1e-30) for c in shown]  # log scale: 0 drawn at 1e-30
         colours = ["#137333" if c.allclose else "#b00020" for c in shown]
         axes.barh([c.tensor for c in shown], values, color=colours)
         axes.set_xscale("log")

@@ -11,7 +11,6 @@ outlives it. Then the ending is classified: ok, error, crash (with the signal's 
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import selectors
 import signal
@@ -22,21 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from reprokit.records import Status
+
 LOG_CAP = 512 * 1024  # bytes kept of each log: the first half and the last half
 GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 _POLL = 0.05  # seconds between looks at the child, the clock and the stop flag
 _DRAIN = 1.0  # seconds to read what is left in the pipes once the group is gone
-
-
-class Status(enum.StrEnum):
-    """How one stage (one child process) ended."""
-
-    OK = "ok"
-    ERROR = "error"  # exited non-zero
-    CRASH = "crash"  # died by a signal (os.abort gives SIGABRT)
-    TIMEOUT = "timeout"  # outlived its timeout; its group was killed
-    SKIPPED = "skipped"  # never started: a stage it needs failed, or no backend here
-    INTERRUPTED = "interrupted"  # stopped because the run was interrupted
 
 
 @dataclass(frozen=True)

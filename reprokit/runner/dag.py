@@ -8,21 +8,9 @@ rather than wait forever.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
-from reprokit.backends import BACKENDS
-from reprokit.procs import Status
-from reprokit.records import StageResult
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One node of a script's stage DAG, as ``--list-stages`` prints it."""
-
-    name: str
-    backend: str
-    needs: tuple[str, ...] = ()
-    reference: str | None = None
+from reprokit.records import Stage, StageResult, Status
+from reprokit.runner.backends import BACKENDS
 
 
 def parse_stages(text: str) -> list[Stage]:
@@ -42,7 +30,19 @@ def parse_stages(text: str) -> list[Stage]:
             raise ValueError(f"stage {item['name']!r}: unknown backend {item.get('backend')!r}")
         if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
             raise ValueError(f"stage {item['name']!r}: needs must be a list of names")
-        stages.append(Stage(item["name"], item["backend"], tuple(needs), item.get("reference")))
+        devices = item.get("devices")
+        if devices is not None and (type(devices) is not int or devices < 1):
+            raise ValueError(f"stage {item['name']!r}: devices must be a positive number")
+        stages.append(
+            Stage(
+                item["name"],
+                item["backend"],
+                tuple(needs),
+                item.get("reference"),
+                devices,
+                item.get("arbiter"),
+            )
+        )
     check_dag(stages)
     return stages
 
@@ -53,7 +53,7 @@ def check_dag(stages: list[Stage]) -> None:
     if len(set(names)) != len(names):
         raise ValueError("two stages have the same name")
     for stage in stages:
-        for other in (*stage.needs, *([stage.reference] if stage.reference else [])):
+        for other in (*stage.needs, *filter(None, (stage.reference, stage.arbiter))):
             if other not in names:
                 raise ValueError(f"stage {stage.name!r} names an unknown stage {other!r}")
     done: set[str] = set()

@@ -1,0 +1,233 @@
+"""Compare named tensors: per-tensor differences, mismatch counts, and the first divergence.
+
+One module serves the runner (stage vs reference stage), the reports and ``reprokit diff``.
+Tensors are compared one at a time so that memory stays near the size of the largest one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch.testing._comparison import default_tolerances  # torch.testing's per-dtype table
+
+from reprokit.records import Comparison, Worst
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+WORST = 3  # elements shown per mismatching tensor, pytest.approx style
+FP64_TOL = 1e-4  # the fp64 method's tolerance when the case gives no atol (dynamo's default)
+
+
+def _tolerances(a: torch.Tensor, b: torch.Tensor, rtol: float | None, atol: float | None):
+    default_rtol, default_atol = default_tolerances(a, b)
+    return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+
+
+def compare_tensor(
+    name: str,
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    reference: str = "reference",
+    target: str = "target",
+    arbiter: torch.Tensor | None = None,
+) -> Comparison:
+    """Compare one tensor pair; a shape or dtype mismatch is reported, never raised.
+
+    With an ``arbiter`` (the same tensor computed in float64) the pair is also judged the way
+    the dynamo accuracy minifier judges (``same()`` in torch/_dynamo/utils.py): within
+    tolerance, or the target's RMSE against float64 at most a multiple of the reference's.
+    """
+    common = {"tensor": name, "reference": reference, "target": target}
+    dtype = str(actual.dtype).removeprefix("torch.")
+    if actual.shape != expected.shape:
+        note = f"shape {list(actual.shape)} vs {list(expected.shape)} in {reference}"
+        total = max(actual.numel(), expected.numel())
+        return Comparison(**common, shape=tuple(actual.shape), dtype=dtype, max_abs=math.inf,
+                          max_rel=math.inf, mismatched=actual.numel(), total=total,
+                          allclose=False, note=note)  # fmt: skip
+    case_atol = atol
+    rtol, atol = _tolerances(actual, expected, rtol, atol)
+    same_dtype = actual.dtype == expected.dtype
+    tally = _tally(actual, expected, rtol, atol)
+    dtype_note = "" if same_dtype else f"dtype {actual.dtype} vs {expected.dtype}"
+    allclose = tally.mismatched == 0 and not dtype_note
+    errors = None
+    if arbiter is not None and arbiter.shape == actual.shape:
+        errors = (_rmse(arbiter, expected), _rmse(arbiter, actual))
+        tol = FP64_TOL if case_atol is None else case_atol
+        allclose = allclose or (not dtype_note and _fp64_passes(actual, errors, tol))
+    return Comparison(
+        **common,
+        shape=tuple(actual.shape),
+        dtype=dtype,
+        max_abs=tally.max_abs,
+        max_rel=tally.max_rel,
+        mismatched=tally.mismatched,
+        total=actual.numel(),
+        allclose=allclose,
+        rtol=rtol,
+        atol=atol,
+        equal=same_dtype and tally.all_zero,
+        nan=(tally.nan[0], tally.nan[1]),
+        inf=(tally.inf[0], tally.inf[1]),
+        worst=tuple(_worst_entry(w, actual.shape) for w in tally.top()),
+        note=dtype_note,
+        method="allclose" if arbiter is None else "fp64",
+        errors=errors,
+    )
+
+
+def _rmse(arbiter: torch.Tensor, other: torch.Tensor) -> float:
+    """Root mean square error against the float64 result, computed in float64."""
+    if other.numel() == 0:
+        return 0.0
+    return torch.sqrt(torch.mean((_as_float64(arbiter) - _as_float64(other)) ** 2)).item()
+
+
+def _fp64_passes(actual: torch.Tensor, errors: tuple[float, float], tol: float) -> bool:
+    """dynamo's rule: the target may be a few times further from float64 than the reference
+    (3x for half types and small tensors, where noise dominates; else 2x), plus tol / 10."""
+    ref_error, res_error = errors
+    small = actual.numel() < 1000 or actual.dtype in (torch.float16, torch.bfloat16)
+    multiplier = 3.0 if small else 2.0
+    return res_error <= multiplier * ref_error + tol / 10
+
+
+CHUNK = 1 << 20  # elements compared at once: the float64 temporaries stay near 50 MiB
+
+
+@dataclass
+class _Tally:
+    """What the chunks of one tensor pair add up to."""
+
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    mismatched: int = 0
+    all_zero: bool = True  # every difference is zero (bitwise equal, NaNs aside)
+    nan: list[int] = field(default_factory=lambda: [0, 0])  # reference, target
+    inf: list[int] = field(default_factory=lambda: [0, 0])
+    worst: list[tuple[float, int, float, float]] = field(default_factory=list)
+
+    def top(self) -> list[tuple[float, int, float, float]]:
+        """The largest mismatches over all chunks (each chunk kept its own few)."""
+        return sorted(self.worst, key=lambda w: (-w[0], w[1]))[: min(WORST, self.mismatched)]
+
+
+def _tally(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> _Tally:
+    """Differences in float64, a chunk at a time, so that peak memory does not grow with the
+    tensor; equal tensors of one dtype take a shortcut with the same result."""
+    tally = _Tally()
+    if actual.dtype == expected.dtype and torch.equal(actual, expected):  # so no NaN either
+        if actual.is_floating_point() or actual.is_complex():
+            count = int(actual.isinf().sum())
+            tally.inf = [count, count]
+        return tally
+    a_flat, e_flat = actual.reshape(-1), expected.reshape(-1)
+    for start in range(0, a_flat.numel(), CHUNK):
+        a = _as_float64(a_flat[start : start + CHUNK])
+        e = _as_float64(e_flat[start : start + CHUNK])
+        _tally_chunk(tally, a, e, start, rtol, atol)
+    return tally
+
+
+def _tally_chunk(
+    tally: _Tally, a: torch.Tensor, e: torch.Tensor, start: int, rtol: float, atol: float
+) -> None:
+    same = (a == e) | (a.isnan() & e.isnan())  # equal infinities and NaNs differ by nothing
+    diff = torch.where(same, 0.0, (a - e).abs()).nan_to_num(math.inf, math.inf)
+    rel = torch.where(diff == 0, 0.0, diff / e.abs()).nan_to_num(math.inf, math.inf)
+    close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    mismatched = int((~close).sum())
+    tally.max_abs = _nan_max(tally.max_abs, diff.max().item())
+    tally.max_rel = _nan_max(tally.max_rel, rel.max().item())
+    tally.mismatched += mismatched
+    tally.all_zero = tally.all_zero and bool((diff == 0).all())
+    tally.nan = [tally.nan[0] + int(e.isnan().sum()), tally.nan[1] + int(a.isnan().sum())]
+    tally.inf = [tally.inf[0] + int(e.isinf().sum()), tally.inf[1] + int(a.isinf().sum())]
+    if mismatched:
+        key = torch.where(close, -1.0, diff)
+        for i in _largest(key, min(WORST, mismatched)).tolist():
+            tally.worst.append((key[i].item(), start + i, a[i].item(), e[i].item()))
+
+
+def _largest(key: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the ``k`` largest values, ties to the lowest index, so that the worst
+    elements shown do not depend on how the tensor was cut into chunks."""
+    kth = torch.topk(key, k).values[-1]
+    above = (key > kth).nonzero().flatten()
+    return torch.cat([above, (key == kth).nonzero().flatten()[: k - above.numel()]])
+
+
+def _nan_max(x: float, y: float) -> float:
+    """max() that keeps a NaN, as torch's max does."""
+    return math.nan if math.isnan(x) or math.isnan(y) else max(x, y)
+
+
+def _worst_entry(worst: tuple[float, int, float, float], shape: torch.Size) -> Worst:
+    _, flat, target, reference = worst
+    index = torch.unravel_index(torch.tensor(flat), shape) if len(shape) else ()
+    return Worst(tuple(int(i) for i in index), target, reference)
+
+
+def _as_float64(t: torch.Tensor) -> torch.Tensor:
+    """Differences are taken in float64 so that they are exact for every smaller dtype."""
+    if t.is_complex():
+        return t.abs().double()
+    return t.double()
+
+
+def compare_tensors(
+    expected: Mapping[str, torch.Tensor],
+    actual: Mapping[str, torch.Tensor],
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    reference: str = "reference",
+    target: str = "target",
+    arbiter: Mapping[str, torch.Tensor] | None = None,
+) -> list[Comparison]:
+    """Every tensor of ``actual`` (in its order) against ``expected``; names on one side only
+    are listed as not close, with a note. ``arbiter``: the float64 run, for the fp64 method."""
+    names = list(actual) + [n for n in expected if n not in actual]
+    results = []
+    for name in names:
+        if name not in expected or name not in actual:
+            side = target if name in actual else reference
+            results.append(_missing(name, side, reference, target))
+            continue
+        results.append(
+            compare_tensor(
+                name,
+                expected[name],
+                actual[name],
+                rtol=rtol,
+                atol=atol,
+                reference=reference,
+                target=target,
+                arbiter=arbiter.get(name) if arbiter is not None else None,
+            )
+        )
+    return results
+
+
+def _missing(name: str, side: str, reference: str, target: str) -> Comparison:
+    return Comparison(
+        tensor=name,
+        reference=reference,
+        target=target,
+        shape=None,
+        dtype=None,
+        max_abs=math.inf,
+        max_rel=math.inf,
+        mismatched=0,
+        total=0,
+        allclose=False,
+        note=f"only in {side}",
+    )

@@ -1,0 +1,118 @@
+"""The verdict of one variant: its outcome, from its stages and its comparisons.
+
+Outcome (DESIGN.md "Outcomes"): the first failing stage's (error, crash, timeout), in DAG
+order so that ``-n 1`` and ``-n 2`` agree; else skipped when a backend is missing here; else
+mismatch when a tensor is outside tolerance; else match. The comparisons come from
+reprokit.comparison.tensors, the engine ``reprokit diff`` uses too; torch is imported only
+when a variant has tensors to compare, so that the runner starts without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reprokit.errors import ReprokitError
+from reprokit.records import (
+    Comparison,
+    Outcome,
+    Stage,
+    StageResult,
+    Status,
+    VariantResult,
+    first_divergence,
+)
+
+if TYPE_CHECKING:
+    from reprokit.generate.cases import Variant
+
+
+@dataclass
+class Compared:
+    """Every stage against its reference: the comparisons, the first divergence per target
+    stage, and why a tensors.pt could not be read (a crash mid-save, a pickle that runs code)."""
+
+    comparisons: list[Comparison] = field(default_factory=list)
+    divergence: dict[str, str | None] = field(default_factory=dict)
+    problem: str | None = None
+
+
+def verdict(
+    variant: Variant,
+    stages: list[Stage],
+    results: dict[str, StageResult],
+    folder: Path,
+    seconds: float,
+    reason: str | None = None,
+) -> VariantResult:
+    """The variant's result once every stage has one; ``reason`` overrides the failure's."""
+    ordered = tuple(results[stage.name] for stage in stages)
+    compared = compare_stages(variant, stages, results, folder)
+    failed = next((r for r in ordered if r.failed), None)
+    skipped = next((r for r in ordered if r.status is Status.SKIPPED), None)
+    if failed is not None:
+        outcome, reason = failed.status.outcome, reason or f"{failed.name} {failed.ended()}"
+    elif compared.problem is not None:
+        outcome, reason = Outcome.ERROR, compared.problem
+    elif skipped is not None:
+        outcome, reason = Outcome.SKIPPED, f"{skipped.name} {skipped.ended()}"
+    elif bad := [c for c in compared.comparisons if not c.allclose]:
+        outcome = Outcome.MISMATCH
+        reason = f"{len(bad)} of {len(compared.comparisons)} tensors outside tolerance"
+    else:
+        outcome, reason = Outcome.MATCH, None
+    assert outcome is not None  # a failed status always names an outcome
+    return VariantResult(
+        case=variant.case.name,
+        label=variant.label,
+        variant=dict(variant.params),
+        outcome=outcome,
+        expected=variant.case.expect,
+        seconds=round(seconds, 3),
+        stages=ordered,
+        comparisons=tuple(compared.comparisons),
+        first_divergence=compared.divergence,
+        reason=reason,
+        title=variant.case.title,
+        description=variant.case.description,
+    )
+
+
+def compare_stages(
+    variant: Variant, stages: list[Stage], results: dict[str, StageResult], folder: Path
+) -> Compared:
+    """Each stage that ran ok against its reference stage, with the case's tolerances; with
+    ``[compare] method = "fp64"``, judged against the stage's float64 arbiter."""
+    ok = {name for name, result in results.items() if result.status is Status.OK}
+    pairs = [s for s in stages if s.reference and {s.reference, s.name} <= ok]
+    compared = Compared()
+    if not pairs:
+        return compared
+    from reprokit.comparison.checkpoints import load_tensors  # torch: only when comparing
+    from reprokit.comparison.tensors import compare_tensors
+
+    loaded: dict[str, Any] = {}
+
+    def tensors(name: str) -> Any:
+        if name not in loaded:
+            loaded[name] = load_tensors(folder / "stages" / name / "tensors.pt")
+        return loaded[name]
+
+    try:
+        for stage in pairs:
+            judge = stage.arbiter if variant.method == "fp64" and stage.arbiter in ok else None
+            found = compare_tensors(
+                tensors(stage.reference),
+                tensors(stage.name),
+                **variant.tolerances,
+                reference=stage.reference,
+                target=stage.name,
+                arbiter=tensors(judge) if judge else None,
+            )
+            compared.comparisons += found
+            first = first_divergence(found)
+            compared.divergence[stage.name] = first.tensor if first else None
+    except ReprokitError as exc:
+        compared.problem = str(exc).split("\n")[0]
+    return compared

@@ -1,0 +1,55 @@
+"""Reports of a run folder, rendered from its summary.json records: an issue-ready report.md,
+a self-contained report.html, report.json and bundle.zip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reprokit.errors import ReprokitError
+from reprokit.records import SUMMARY, RunSummary, read_summary
+from reprokit.redact import redact_text
+from reprokit.reports.bundle import write_bundle
+from reprokit.reports.markdown import BUNDLE, markdown, verdict
+
+FORMATS = ("md", "html", "json", "all")
+
+
+def load(run_dir: Path) -> RunSummary:
+    """The run's summary, or a clear error when the folder holds none (or a broken one)."""
+    path = Path(run_dir) / SUMMARY
+    if not path.is_file():
+        raise ReprokitError(
+            "no summary.json here", run_dir, hint="Give the folder `reprokit run -o` wrote."
+        )
+    try:
+        return read_summary(Path(run_dir))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReprokitError(f"summary.json is not readable: {exc}", path) from None
+
+
+def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None = None):
+    """Write the asked-for reports (and always bundle.zip); return their paths."""
+    if formats not in FORMATS:
+        raise ReprokitError(f"unknown format {formats!r}", hint=f"Use one of {', '.join(FORMATS)}.")
+    summary = load(run_dir)
+    out_dir = Path(out_dir or run_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if formats in ("md", "all"):
+        written.append(_write(out_dir / "report.md", markdown(summary, run_dir)))
+    if formats in ("html", "all"):
+        from reprokit.reports.html import html  # matplotlib: only when asked for
+
+        written.append(_write(out_dir / "report.html", html(summary, run_dir)))
+    if formats in ("json", "all"):
+        data = {"verdict": verdict(summary), **summary.to_json()}
+        written.append(_write(out_dir / "report.json", redact_text(json.dumps(data, indent=2))))
+
+    written.append(write_bundle(run_dir, out_dir / BUNDLE))
+    return summary, written
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,161 @@
+"""One stage, one process: ``python repro.py --stage S`` with its backend's environment.
+
+This is the executor seam of the runner. The scheduler decides *what* runs *when*; an
+executor runs one stage and returns its :class:`StageResult`, whatever happens to it (a crash,
+a timeout, an interrupt are results, not exceptions). :class:`LocalExecutor` runs stages as
+child processes of this machine; other executors (warm start, a cluster) keep its guarantees:
+the stage in its own process group, its timeout, capped and redacted logs, the ending
+classified.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from reprokit.errors import ReprokitWarning
+from reprokit.records import Stage, StageResult, Status
+from reprokit.redact import redact_file, secret_values
+from reprokit.runner import backends
+from reprokit.runner.dag import parse_stages
+from reprokit.runner.options import Options
+from reprokit.runner.procs import run_process
+
+LIST_STAGES = "--list-stages"
+
+
+@dataclass(frozen=True)
+class StageJob:
+    """One stage of one variant: its script's folder, the stage, and the variant's params."""
+
+    folder: Path  # holds repro.py; the stage writes under stages/<name>/
+    stage: Stage
+
+
+class Executor(Protocol):
+    """Runs one stage to its end; called from the scheduler's worker threads."""
+
+    def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult: ...
+
+
+class StagesUnlisted(Exception):
+    """The script did not give a stage DAG; ``result`` is how ``--list-stages`` ended."""
+
+    def __init__(self, result: StageResult, message: str) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class LocalExecutor:
+    """Stages as child processes on this machine, as nox runs its sessions."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.secrets = secret_values()  # what a stage prints of them never reaches its logs
+
+    def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
+        stage, folder = job.stage, job.folder
+        (folder / "stages" / stage.name).mkdir(parents=True, exist_ok=True)
+        args = ["--stage", stage.name, "--workdir", "stages"]
+        args += ["--xla-device", self.options.xla_device]
+        env = backends.stage_env(stage.backend, self.options.xla_device, devices=stage.devices)
+        result = self._spawn(folder, stage.name, stage.backend, args, env, stop)
+        if result.status is Status.OK:
+            result = replace(result, metrics=_metrics(folder / "stages" / stage.name))
+        return result
+
+    def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
+        """Ask the script for its stage DAG; :class:`StagesUnlisted` says why there is none."""
+        env = backends.stage_env("cpu", self.options.xla_device)
+        result = self._spawn(folder, LIST_STAGES, "cpu", [LIST_STAGES], env, stop)
+        if result.status is not Status.OK:
+            raise StagesUnlisted(result, f"{LIST_STAGES} {result.ended()}")
+        text = (folder / "list-stages.stdout.log").read_text("utf-8", "replace")
+        try:
+            stages = parse_stages(text)
+        except ValueError as exc:
+            failed = replace(result, status=Status.ERROR)
+            raise StagesUnlisted(failed, f"{LIST_STAGES} gave no stage DAG: {exc}") from None
+        for stage in stages:  # a probe may take seconds (CUDA): here, not in the scheduler
+            backends.unavailable(stage.backend)
+        return result, stages
+
+    def _spawn(
+        self,
+        folder: Path,
+        name: str,
+        backend: str,
+        args: list[str],
+        env: dict[str, str],
+        stop: threading.Event,
+    ) -> StageResult:
+        """``python repro.py ARGS`` in ``folder``; logs beside the stage's outputs."""
+        logs = folder / ("list-stages." if name == LIST_STAGES else f"stages/{name}/")
+        options = self.options
+        ended = run_process(
+            [options.python, "repro.py", *args],
+            stdout=Path(f"{logs}stdout.log"),
+            stderr=Path(f"{logs}stderr.log"),
+            env=env,
+            cwd=folder,
+            timeout=options.timeout,
+            stop=stop,
+            log_cap=options.log_cap,
+            grace=options.grace,
+        )
+        for log in ("stdout.log", "stderr.log"):
+            redact_file(Path(f"{logs}{log}"), self.secrets)
+        notes = [f"killed after --timeout {options.timeout:g} s"]
+        notes = notes if ended.status is Status.TIMEOUT else []
+        if ended.cut:
+            notes.append(f"middle of {', '.join(ended.cut)} cut (cap {options.log_cap} bytes)")
+        return StageResult(
+            name,
+            backend,
+            ended.status,
+            ended.returncode,
+            ended.signal,
+            ended.seconds,
+            "; ".join(notes) or None,
+        )
+
+
+def log_path(folder: Path, stage: str, stream: str = "stderr") -> Path:
+    """Where a stage's (or the listing's) log of ``stream`` lies in its variant folder."""
+    if stage == LIST_STAGES:
+        return folder / f"list-stages.{stream}.log"
+    return folder / "stages" / stage / f"{stream}.log"
+
+
+def _metrics(stage_dir: Path) -> dict[str, Any]:
+    """The metrics a stage wrote into its result.json, kept in the stage's record."""
+    try:
+        metrics = json.loads((stage_dir / "result.json").read_text("utf-8")).get("metrics", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return metrics if isinstance(metrics, dict) else {}
+
+
+def with_devices(stages: list[Stage], params: dict[str, Any], template: Path) -> list[Stage]:
+    """Stages with their device counts; an SPMD stage of an older template that names none
+    gets its ``spmd_devices`` parameter, with a warning saying what to change."""
+    legacy = params.get("spmd_devices")
+    if not isinstance(legacy, int):
+        return stages
+    found = []
+    for stage in stages:
+        if stage.backend == "xla_spmd" and stage.devices is None:
+            warnings.warn(
+                f'{template}: stage {stage.name!r} gives no "devices"; reprokit read the '
+                f'spmd_devices parameter ({legacy}). Add "devices": SPMD_DEVICES to the '
+                "stage in STAGES: reading a parameter by its name is going away.",
+                ReprokitWarning,
+                stacklevel=2,
+            )
+            stage = replace(stage, devices=legacy)
+        found.append(stage)
+    return found
