@@ -28,9 +28,9 @@ from reliability_common import (
     zero,
 )
 
-from reprokit.cases import load_variants
+from reprokit.generate.cases import load_variants
 from reprokit.records import read_summary
-from reprokit.run import Options, run
+from reprokit.runner.scheduler import Options, run
 
 # mode: (outcome, the second stage's status, its signal). Why each is right:
 EXPECTED = {

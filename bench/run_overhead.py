@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprokit.cases import load_variants
-from reprokit.render import render
+from reprokit.generate.cases import load_variants
+from reprokit.generate.render import render
 
 
 def bare(script: Path, stages: list[str], workdir: Path) -> float:
@@ -47,8 +47,8 @@ def harness(case: str, run_dir: Path, jobs: int) -> float:
 _API = """
 import sys
 from pathlib import Path
-from reprokit.cases import load_variants
-from reprokit.run import Options, run
+from reprokit.generate.cases import load_variants
+from reprokit.runner.scheduler import Options, run
 summary = run(load_variants([sys.argv[1]]), run_dir=Path(sys.argv[2]), options=Options(jobs=1))
 sys.exit(0 if summary.count(False) == 0 else 1)
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import TEST_TEMPLATES
 
-from reprokit.cases import load_case, load_variants, parse_sets, variants
+from reprokit.generate.cases import load_case, load_variants, parse_sets, variants
 from reprokit.errors import ReprokitError
 
 GOOD = """

@@ -15,8 +15,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 
-from reprokit.checkpoints import open_checkpoint
-from reprokit.compare import flatten, load_tensors
+from reprokit.comparison.checkpoints import open_checkpoint
+from reprokit.comparison.tensors import flatten, load_tensors
 from reprokit.errors import ReprokitError
 
 

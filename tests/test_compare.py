@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from reprokit import compare
-from reprokit.cases import load_variants
-from reprokit.compare import (
+from reprokit.generate.cases import load_variants
+from reprokit.comparison.tensors import (
     Comparison,
     compare_tensor,
     compare_tensors,
@@ -21,7 +21,7 @@ from reprokit.compare import (
     load_tensors,
     summarize,
 )
-from reprokit.render import render
+from reprokit.generate.render import render
 
 
 def pairs() -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 from test_checkpoints import Evil
 
-from reprokit.compare import flatten
+from reprokit.comparison.tensors import flatten
 
 SAVER = Path(__file__).parent / "data" / "save_checkpoint.py"
 

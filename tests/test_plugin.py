@@ -8,8 +8,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from reprokit.cases import load_variants
-from reprokit.run import Options, run
+from reprokit.generate.cases import load_variants
+from reprokit.runner.scheduler import Options, run
 
 DATA = Path(__file__).parent / "data"
 CASES, TEMPLATES = DATA / "cases", DATA / "templates"

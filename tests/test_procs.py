@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.procs import Status, run_process
+from reprokit.runner.procs import Status, run_process
 
 GRANDCHILD = (
     "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

@@ -25,10 +25,10 @@ import reliability_safety as safety
 from reliability_common import FAULT_TEMPLATES, Figure, table
 from reliability_hostile import hostile_render, hostile_run
 
-import reprokit.run as run_module
-from reprokit.cases import load_variants
+import reprokit.runner.scheduler as run_module
+from reprokit.generate.cases import load_variants
 from reprokit.redact import MARKER, is_secret_name, redact_text
-from reprokit.run import Interrupted, Options, run
+from reprokit.runner.scheduler import Interrupted, Options, run
 
 
 def assert_all_ok(figures: list[Figure]) -> None:

@@ -15,12 +15,12 @@ import cmarkgfm
 import pytest
 import torch
 
-from reprokit.cases import Outcome
-from reprokit.compare import compare_tensors, first_divergence
-from reprokit.procs import Status
+from reprokit.generate.cases import Outcome
+from reprokit.comparison.tensors import compare_tensors, first_divergence
+from reprokit.runner.procs import Status
 from reprokit.records import RunSummary, StageResult, VariantResult, write_summary
 from reprokit.redact import MARKER, redact_text
-from reprokit.report import GITHUB_BODY_LIMIT, write_reports
+from reprokit.reports import GITHUB_BODY_LIMIT, write_reports
 
 HF_TOKEN = "hf_" + "Zq8" * 12
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

@@ -18,13 +18,13 @@ from pathlib import Path
 import filelock
 import pytest
 
-from reprokit.cases import Outcome, load_variants
-from reprokit.dag import parse_stages
+from reprokit.generate.cases import Outcome, load_variants
+from reprokit.runner.dag import parse_stages
 from reprokit.errors import ReprokitError
-from reprokit.keywords import matches, select
-from reprokit.procs import Status
+from reprokit.runner.keywords import matches, select
+from reprokit.runner.procs import Status
 from reprokit.records import read_summary
-from reprokit.run import Options, run
+from reprokit.runner.scheduler import Options, run
 
 DATA = Path(__file__).parent / "data"
 CASES, TEMPLATES = DATA / "cases", DATA / "templates"

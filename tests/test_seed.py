@@ -7,8 +7,8 @@ import re
 import subprocess
 import sys
 
-from reprokit.cases import load_variants
-from reprokit.render import render
+from reprokit.generate.cases import load_variants
+from reprokit.generate.render import render
 
 
 def run_seed_script(tmp_path, **sets) -> subprocess.CompletedProcess:

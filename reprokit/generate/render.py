@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,8 @@ from markupsafe import Markup
 
 from reprokit.errors import ReprokitError
 from reprokit.generate.templates import template_dirs
+
+COMMENT_WIDTH = 96  # a wrapped comment line, "# " included, stays within 98 columns
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -38,8 +41,10 @@ def _python_literal(value: Any) -> Markup:
 
 
 def _comment(value: Any) -> Markup:
-    """Plain text safe inside a ``#`` comment: every line break starts a new comment."""
-    return Markup(re.sub(r"\s*[\r\n]+\s*", "\n# ", str(value).strip()))
+    """Plain text safe inside a ``#`` comment, wrapped so that the script's lines stay under
+    the linters' 100 columns: every line break starts a new comment."""
+    lines = textwrap.wrap(re.sub(r"\s+", " ", str(value).strip()), COMMENT_WIDTH) or [""]
+    return Markup("\n# ".join(lines))
 
 
 def _identifier(value: Any) -> Markup:
