@@ -17,7 +17,7 @@ from pathlib import Path
 
 from reprokit.generate.cases import load_variants
 from reprokit.minimize import Cache, Observation, Search, bisect_param, minimize, simplest
-from reprokit.runner.scheduler import Options
+from reprokit.runner.options import Options
 
 DATA = Path(__file__).parents[1] / "tests" / "data" / "minimize"
 SETS = {"layers": 8, "width": 512, "steps": 20, "inject_layer": 3}

@@ -30,7 +30,8 @@ from reliability_common import (
 
 from reprokit.generate.cases import load_variants
 from reprokit.records import read_summary
-from reprokit.runner.scheduler import Options, run
+from reprokit.runner.options import Options
+from reprokit.runner.scheduler import run
 
 # mode: (outcome, the second stage's status, its signal). Why each is right:
 EXPECTED = {

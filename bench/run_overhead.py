@@ -48,7 +48,8 @@ _API = """
 import sys
 from pathlib import Path
 from reprokit.generate.cases import load_variants
-from reprokit.runner.scheduler import Options, run
+from reprokit.runner.options import Options
+from reprokit.runner.scheduler import run
 summary = run(load_variants([sys.argv[1]]), run_dir=Path(sys.argv[2]), options=Options(jobs=1))
 sys.exit(0 if summary.count(False) == 0 else 1)
 """

@@ -161,7 +161,7 @@ def env_(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """The environment a maintainer asks for, secrets redacted."""
-    from reprokit import env  # imports torch: only for this command
+    from reprokit import env  # collect_env imports torch: only for this command
 
     captured = env.capture()
     if as_json:

@@ -13,8 +13,12 @@ from conftest import TEST_TEMPLATES
 def test_list_shows_cases_and_templates(cli):
     result = cli("list")
     assert result.exit_code == 0
-    assert "xser_to_spmd" in result.stdout
-    assert "Templates" in result.stdout
+    rows = [line.split("│") for line in result.stdout.splitlines() if "│" in line]
+    cells = [[cell.strip() for cell in row] for row in rows]
+    # case, template, variants, expect: each case on its row
+    assert ["xser_to_spmd", "xser_to_spmd", "1", "match"] in [row[1:5] for row in cells]
+    assert ["module_forward", "module_forward", "2", "match"] in [row[1:5] for row in cells]
+    assert any(row[1] == "matmul_numerics" for row in cells[-10:])  # the templates table
 
 
 def test_list_json_includes_parameter_declarations(cli, tmp_path):

@@ -13,7 +13,7 @@ import tomllib
 
 import pytest
 
-from reprokit.generate.render import builtin_dir
+from reprokit.generate.templates import builtin_dir
 
 CASES = builtin_dir("cases")
 # (case, -k expression, first divergence): a variant each, ~15-40 s of stages apiece

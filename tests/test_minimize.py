@@ -5,6 +5,7 @@ cache hold."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def own_cache(tmp_path, monkeypatch):
 def minimize(cli, out: Path, case: str, *extra: str):
     result = cli("minimize", DATA / case, "--templates", DATA, "-o", out, *extra)
     assert result.exit_code == 0, result.output
-    return json.loads((out / "minimize.json").read_text()), result
+    return json.loads((out / "summary.json").read_text())["run"]["minimized"], result
 
 
 def minimal_params(out: Path) -> dict:
@@ -38,7 +39,8 @@ def test_injected_divergence_shrinks_to_the_injected_layer(cli, tmp_path):
         "optimizer": "sgd",
     }
     assert report["candidates"] <= 40
-    assert "layers" in result.stdout and "8" in result.stdout
+    assert re.search(r"layers\W+8\W+4", result.stdout)  # the table: parameter, before, after
+    assert {c["param"]: (c["before"], c["after"]) for c in report["changes"]}["layers"] == (8, 4)
     # the minimal case reproduces on its own, through the ordinary runner
     rerun = cli("run", tmp_path / "m" / "minimal.toml", "--templates", DATA, "-o", tmp_path / "r")
     assert rerun.exit_code == 0, rerun.output  # its expect is mismatch, and it mismatches
@@ -46,7 +48,10 @@ def test_injected_divergence_shrinks_to_the_injected_layer(cli, tmp_path):
     assert summary["variants"][0]["first_divergence"] == {"target": "act.3"}
     # the report of the minimize folder says what was minimized
     assert cli("report", tmp_path / "m", "--format", "md").exit_code == 0
-    assert "Minimized from `layers=8" in (tmp_path / "m" / "report.md").read_text()
+    body = (tmp_path / "m" / "report.md").read_text()
+    assert "Minimized from `layers=8" in body
+    assert "| mismatch | mismatch | yes |" in body  # the outcome it kept is the expected one
+    assert "| Python | ? |" not in body and "| torch |" in body  # with its environment
     # a second call finds every candidate in the cache: nothing runs twice
     again, _ = minimize(cli, tmp_path / "m2", "diverge.toml", "-n", "2")
     assert again["candidates"] == 0

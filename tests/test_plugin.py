@@ -9,7 +9,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from reprokit.generate.cases import load_variants
-from reprokit.runner.scheduler import Options, run
+from reprokit.runner.options import Options
+from reprokit.runner.scheduler import run
 
 DATA = Path(__file__).parent / "data"
 CASES, TEMPLATES = DATA / "cases", DATA / "templates"

@@ -28,7 +28,8 @@ from reliability_hostile import hostile_render, hostile_run
 import reprokit.runner.scheduler as run_module
 from reprokit.generate.cases import load_variants
 from reprokit.redact import MARKER, is_secret_name, redact_text
-from reprokit.runner.scheduler import Interrupted, Options, run
+from reprokit.runner.options import Options
+from reprokit.runner.scheduler import Interrupted, run
 
 
 def assert_all_ok(figures: list[Figure]) -> None:

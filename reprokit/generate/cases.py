@@ -87,9 +87,11 @@ class Variant:
 
     @property
     def files(self) -> dict[str, Path]:
-        """The files its ``file`` parameters name, by the name they get beside the script."""
+        """The files its ``file`` parameters name (an empty one names none), by the name they
+        get beside the script."""
         kinds = self.template.params
-        return {Path(v).name: Path(v) for k, v in self.params.items() if kinds[k].type == "file"}
+        named = (v for k, v in self.params.items() if kinds[k].type == "file" and v)
+        return {Path(v).name: Path(v) for v in named}
 
     def script_params(self) -> dict[str, Any]:
         """The parameters as the script sees them: a file by its name (it lies beside it)."""

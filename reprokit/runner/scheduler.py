@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import filelock
 
-from reprokit import env
+from reprokit.env import capture as capture_env
 from reprokit.comparison.verdict import verdict
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Variant
@@ -167,10 +167,10 @@ class _Summary:
     def __init__(self, run_dir: Path, argv: tuple[str, ...]) -> None:
         self.run_dir = run_dir
         self.finished: dict[int, VariantResult] = {}
-        self.summary = RunSummary(started=_now(), argv=argv, env=env.capture(quick=True))
+        self.summary = RunSummary(started=_now(), argv=argv, env=capture_env(quick=True))
         # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
         # and replaces the short one once done. No XLA probe: it could hold a TPU a stage needs.
-        self.capture = cf.ThreadPoolExecutor(1).submit(env.capture, probe_xla=False)
+        self.capture = cf.ThreadPoolExecutor(1).submit(capture_env, probe_xla=False)
 
     def add(self, index: int, result: VariantResult) -> None:
         self.finished[index] = result

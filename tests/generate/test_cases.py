@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from conftest import TEST_TEMPLATES
 
-from reprokit.generate.cases import load_case, load_variants, parse_sets, variants
 from reprokit.errors import ReprokitError
+from reprokit.generate.cases import load_case, load_variants, parse_sets, variants
+from reprokit.generate.templates import builtin_dir
 
 GOOD = """
     [case]
@@ -132,4 +133,11 @@ def test_users_case_folder_wins_over_builtin(tmp_path, write_case):
 
 def test_builtin_cases_load_and_validate():
     found = load_variants()
-    assert "xser_to_spmd" in {v.case.name for v in found}
+    files = {p.stem for p in builtin_dir("cases").glob("*.toml")}
+    assert {v.case.name for v in found} == files  # every file loads, none is dropped
+    by_case = {name: [v for v in found if v.case.name == name] for name in files}
+    assert [v.label for v in by_case["module_forward"]] == [
+        "module_forward[cnn]",
+        "module_forward[mlp]",
+    ]
+    assert all(v.template.path.is_file() for v in found)

@@ -18,15 +18,15 @@ from pathlib import Path
 import filelock
 import pytest
 
-from reprokit.generate.cases import Outcome, load_variants
-from reprokit.runner.dag import parse_stages
 from reprokit.errors import ReprokitError
+from reprokit.generate.cases import load_variants
+from reprokit.records import Outcome, Status, read_summary
+from reprokit.runner.dag import parse_stages
 from reprokit.runner.keywords import matches, select
-from reprokit.runner.procs import Status
-from reprokit.records import read_summary
-from reprokit.runner.scheduler import Options, run
+from reprokit.runner.options import Options
+from reprokit.runner.scheduler import run
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 CASES, TEMPLATES = DATA / "cases", DATA / "templates"
 EXPECTED = {
     "ok": Outcome.MATCH,

@@ -15,8 +15,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 
-from reprokit.comparison.checkpoints import open_checkpoint
-from reprokit.comparison.tensors import flatten, load_tensors
+from reprokit.comparison.checkpoints import flatten, load_tensors, open_checkpoint
 from reprokit.errors import ReprokitError
 
 

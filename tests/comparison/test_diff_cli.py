@@ -16,9 +16,9 @@ import torch
 from safetensors.torch import save_file
 from test_checkpoints import Evil
 
-from reprokit.comparison.tensors import flatten
+from reprokit.comparison.checkpoints import flatten
 
-SAVER = Path(__file__).parent / "data" / "save_checkpoint.py"
+SAVER = Path(__file__).parents[1] / "data" / "save_checkpoint.py"
 
 
 @pytest.fixture(scope="module")

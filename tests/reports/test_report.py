@@ -15,12 +15,19 @@ import cmarkgfm
 import pytest
 import torch
 
-from reprokit.generate.cases import Outcome
-from reprokit.comparison.tensors import compare_tensors, first_divergence
-from reprokit.runner.procs import Status
-from reprokit.records import RunSummary, StageResult, VariantResult, write_summary
+from reprokit.comparison.tensors import compare_tensors
+from reprokit.records import (
+    Outcome,
+    RunSummary,
+    StageResult,
+    Status,
+    VariantResult,
+    first_divergence,
+    write_summary,
+)
 from reprokit.redact import MARKER, redact_text
-from reprokit.reports import GITHUB_BODY_LIMIT, write_reports
+from reprokit.reports import write_reports
+from reprokit.reports.markdown import GITHUB_BODY_LIMIT
 
 HF_TOKEN = "hf_" + "Zq8" * 12
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

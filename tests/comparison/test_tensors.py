@@ -6,22 +6,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from reprokit import compare
+from reprokit.comparison import tensors
+from reprokit.comparison.checkpoints import load_tensors
+from reprokit.comparison.tensors import compare_tensor, compare_tensors
 from reprokit.generate.cases import load_variants
-from reprokit.comparison.tensors import (
-    Comparison,
-    compare_tensor,
-    compare_tensors,
-    divergence_summary,
-    first_divergence,
-    load_tensors,
-    summarize,
-)
 from reprokit.generate.render import render
+from reprokit.records import Comparison, DiffSummary, Worst, divergence_summary, first_divergence
 
 
 def pairs() -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -49,7 +44,7 @@ def pairs() -> list[tuple[torch.Tensor, torch.Tensor]]:
 def test_chunked_comparison_gives_the_same_result(monkeypatch, index):
     expected, actual = pairs()[index]
     whole = compare_tensor("t", expected, actual)
-    monkeypatch.setattr(compare, "CHUNK", 3)  # many chunks, some of one element
+    monkeypatch.setattr(tensors, "CHUNK", 3)  # many chunks, some of one element
     assert compare_tensor("t", expected, actual).to_json() == whole.to_json()
 
 
@@ -59,8 +54,9 @@ def test_numbers_of_one_comparison():
     c = compare_tensor("w", expected, actual, rtol=0.0, atol=0.1)
     assert (c.mismatched, c.total, c.allclose, c.equal) == (1, 4, False, False)
     assert (c.max_abs, c.max_rel, c.nan) == (0.5, 0.25, (1, 1))
-    assert c.worst == [{"index": [0, 1], "target": 2.5, "reference": 2.0}]
-    assert "1 / 4 mismatched" in c.describe() and "at [0, 1]: 2.5 vs 2.0" in c.describe()
+    assert c.worst == (Worst((0, 1), 2.5, 2.0),)
+    assert "1 / 4 mismatched" in c.describe()
+    assert "target[0, 1] = 2.5, reference[0, 1] = 2.0" in c.describe()  # the target first
 
 
 def test_same_values_nan_and_inf_in_place_are_equal():
@@ -83,8 +79,9 @@ def test_json_round_trip_is_valid_json_even_with_nan_and_inf():
     text = json.dumps([c.to_json() for c in comparisons], allow_nan=False)
     back = [Comparison.from_json(d) for d in json.loads(text)]
     assert [c.to_json() for c in back] == [c.to_json() for c in comparisons]
-    summary = summarize(comparisons)
-    assert summary["only_in_reference"] == ["gone"] and summary["only_in_target"] == ["new"]
+    summary = DiffSummary.of(comparisons)
+    assert summary.only_in_reference == ("gone",) and summary.only_in_target == ("new",)
+    assert summary.equal + summary.close + summary.differ + 2 == summary.tensors == 3
 
 
 def fake_run(bad: set[str]) -> list[Comparison]:
@@ -96,7 +93,8 @@ def fake_run(bad: set[str]) -> list[Comparison]:
 def test_divergence_summary_in_words():
     assert divergence_summary(fake_run(set())) == "all 5 tensors agree"
     assert divergence_summary(fake_run({"act.1", "act.2"})).startswith(
-        "param.0.weight-act.0 agree; act.1 is the first to differ (4 / 4 mismatched, max abs 1)"
+        "param.0.weight through act.0 agree; act.1 is the first to differ (4 / 4 mismatched, "
+        "max abs 1)"
     )
     assert divergence_summary(fake_run({"param.0.weight"})).startswith("param.0.weight is the")
     assert first_divergence(fake_run({"act.2"})).tensor == "act.2"
@@ -126,7 +124,8 @@ def test_capture_activations_finds_the_perturbed_layer(tmp_path):
     (variant,) = load_variants(["xser_to_spmd"], sets=sets)
     script = tmp_path / "repro.py"
     script.write_text(render(variant))
-    ruff = [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", str(script)]
+    config = Path(__file__).parents[2] / "pyproject.toml"
+    ruff = [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", config, script]
     assert subprocess.run(ruff, capture_output=True).returncode == 0
     run_stages(script, tmp_path / "w", ["train_multicore"], ["convert", "eval_cpu"], ["eval_spmd"])
     cpu, spmd = (load_tensors(tmp_path / "w" / s / "tensors.pt") for s in ("eval_cpu", "eval_spmd"))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.runner.procs import Status, run_process
+from reprokit.records import Status
+from reprokit.runner.procs import run_process
 
 GRANDCHILD = (
     "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

@@ -1,0 +1,431 @@
+"""Capture: the user's own model as an exported program and a case that runs it.
+
+``capture(module, args)`` exports the module with ``torch.export`` (in whatever train/eval mode
+the user left it), writes ``NAME.pt2`` and ``NAME.toml`` (template ``exported_program``,
+compared against float64), and returns the case's path. ``load_factory`` reads the
+``FILE.py:FUNCTION`` the CLI is given; ``command`` is the CLI's whole job.
+
+Where the example inputs go. ``torch.export.load`` unpickles a program's example inputs with
+``weights_only=False`` (``deserialize_torch_artifact`` in torch/_export/serde/serialize.py),
+so reprokit clears them (the archive's ``data/sample_inputs`` member is empty) and stores the
+inputs as data in the archive's extra file ``inputs.json``: the flat leaves of ``(args,
+kwargs)`` in the program's own input order, each tensor as shape and dtype, and, unless random
+inputs are asked for, their values as a base64 ``torch.save`` blob that the script reads back
+with ``weights_only=True``. Extra files are text (``torch.export.save`` writes them as UTF-8),
+hence base64. With random inputs only shapes, dtypes and a seed leave the machine; non-tensor
+inputs (an int, a flag) are constants of the program anyway, so they are kept.
+
+What a ``.pt2`` can make ``torch.export.load`` run (torch 2.9.0, read in
+torch/export/__init__.py, torch/export/pt2_archive/_package.py, torch/_export/serde/
+serialize.py and torch/export/_unlift.py), all shown to work with a crafted archive or
+expression:
+
+- ``data/sample_inputs/<model>.pt``: ``torch.load(weights_only=False)``, any pickle runs
+  (tried: an ``os.system`` reduce ran during ``torch.export.load``);
+- weights or constants whose config says ``use_pickle``, and the legacy
+  ``data/weights/<model>.pt`` and ``data/constants/<model>.pt``: the same;
+- ``data/constants/custom_obj_*``: TorchScript's unpickler (``torch._C._pickle_load_obj``);
+- ``data/aotinductor/``: a compiled shared library, loaded (native code);
+- the pre-2.8 archive layout (``serialized_*.pt`` at the top), read when the new one fails;
+- symbolic shapes: every ``expr_str`` goes through ``sympy.sympify``, which is ``eval``
+  (tried: ``__import__('os')...`` ran);
+- ``guards_code``: ``ep.module()`` pastes these strings into Python source and ``exec``s it.
+
+Weights and constants without ``use_pickle`` are raw bytes (``torch.frombuffer``), operators
+are looked up by name among registered ATen/higher-order operators, and node names are
+sanitised by torch.fx. So :func:`check_program` admits only the members of a plain archive,
+no ``use_pickle``, an empty ``sample_inputs`` member, no symbolic expression and no guards
+code; the rendered script runs the same check before it loads the file, and calls
+``module(check_guards=False)``. A program with dynamic or data-dependent shapes is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+import traceback
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reprokit.errors import ReprokitError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    import torch
+
+TEMPLATE = "exported_program"
+INPUTS = "inputs.json"  # the extra file holding the inputs (extra/inputs.json in the archive)
+SEED = 0  # of random inputs
+_NAME = re.compile(r"[A-Za-z0-9_][\w.-]{0,99}")
+# Everything a plain exported program consists of, below the archive's top folder.
+_MEMBERS = re.compile(
+    r"archive_format|archive_version|byteorder|\.data/(version|serialization_id)"
+    r"|models/\w+\.json|data/weights/(weight_\d+|\w+_weights_config\.json)"
+    r"|data/constants/(tensor_\d+|\w+_constants_config\.json)"
+    r"|data/sample_inputs/\w+\.pt|extra/[\w.-]+"
+)
+_PT2_HINT = (
+    "reprokit runs programs it can read as data: those `reprokit capture` writes "
+    "(torch.export.save, static shapes, no pickles)."
+)
+
+
+def capture(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    name: str,
+    out_dir: Path | str = ".",
+    state_dict: Path | str | None = None,
+    random_inputs: bool = False,
+) -> Path:
+    """Export ``module`` called with ``args``/``kwargs``; write NAME.pt2 and NAME.toml.
+
+    ``state_dict`` (a checkpoint in any format ``reprokit diff`` reads) is loaded into the
+    module first, strictly. Returns the case file's path. Nothing is left half-written.
+    """
+    import torch
+
+    if not _NAME.fullmatch(name):
+        raise ReprokitError(f"{name!r} cannot name a case", hint="Use letters, digits, _ . -")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if state_dict is not None:
+        load_state_dict(module, Path(state_dict))
+    program = export(module, tuple(args), dict(kwargs or {}))
+    inputs = _inputs_record(program, args, kwargs or {}, random_inputs)
+    program.example_inputs = None  # else torch.export.load would unpickle them (see above)
+    with _staged(out / f"{name}.pt2") as pt2, _staged(out / f"{name}.toml") as case:
+        torch.export.save(program, pt2, extra_files={INPUTS: json.dumps(inputs)})
+        check_program(pt2)
+        _loads_back(pt2)
+        case.write_text(_case_text(module, name, random_inputs), encoding="utf-8")
+    return out / f"{name}.toml"
+
+
+def export(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``torch.export.export`` (strict=False, its default); its failure as a ReprokitError."""
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise ReprokitError(f"capture needs a torch.nn.Module, not {type(module).__name__}")
+    try:
+        program = torch.export.export(module, args, kwargs)
+    except Exception as exc:  # export raises many kinds; its message says what went wrong
+        lines = [line for line in str(exc).splitlines() if line.strip()][:6]
+        raise ReprokitError(
+            f"torch.export cannot capture {type(module).__name__}: {type(exc).__name__}: "
+            + "\n".join(lines),
+            hint="reprokit exports with strict=False, torch's default. Capture a smaller part "
+            "(a submodule and its inputs), or change what the message names: data-dependent "
+            "control flow, .item(), unsupported Python; see "
+            "https://pytorch.org/docs/stable/export.html",
+        ) from None
+    _warn_if_random(program)
+    return program
+
+
+def load_state_dict(module: Any, path: Path) -> None:
+    """Load a checkpoint into ``module``, strictly: every name on both sides."""
+    open_checkpoint = _open_checkpoint()
+    checkpoint = open_checkpoint(path)
+    expected = list(module.state_dict())
+    missing = [k for k in expected if k not in checkpoint]
+    unexpected = sorted(checkpoint.keys() - set(expected))
+    if missing or unexpected:
+        shown = [f"missing: {', '.join(missing[:5])}"] if missing else []
+        shown += [f"unexpected: {', '.join(unexpected[:5])}"] if unexpected else []
+        raise ReprokitError(
+            f"the state dict does not fit {type(module).__name__}: "
+            f"{len(missing)} missing, {len(unexpected)} unexpected ({'; '.join(shown)})",
+            path,
+            hint="Give the model's own state_dict(), saved alone (names like "
+            f"{expected[0] if expected else 'fc.weight'}), not nested in a larger dict.",
+        )
+    try:
+        module.load_state_dict({k: checkpoint[k] for k in expected}, strict=True)
+    except RuntimeError as exc:  # shapes differ
+        raise ReprokitError(f"cannot load the state dict: {exc}", path) from None
+
+
+def _open_checkpoint() -> Callable[[Path], Any]:
+    try:  # the package is being reorganised: the new home first
+        from reprokit.comparison.checkpoints import open_checkpoint
+    except ImportError:
+        from reprokit.checkpoints import open_checkpoint  # type: ignore[no-redef]
+    return open_checkpoint
+
+
+def _inputs_record(
+    program: Any, args: Any, kwargs: dict[str, Any], random_inputs: bool
+) -> dict[str, Any]:
+    """The inputs as data: the flat leaves in the program's order (see the module docstring)."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    in_spec = program.call_spec.in_spec
+    order = in_spec.children_specs[1].context  # the kwargs' names as the program takes them
+    leaves, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in order}))
+    assert spec == in_spec, f"inputs {spec} do not flatten as the program's {in_spec}"
+    described: list[dict[str, Any]] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            described.append({"shape": list(leaf.shape), "dtype": str(leaf.dtype).split(".")[1]})
+        elif leaf is None or isinstance(leaf, bool | int | float | str):
+            described.append({"value": leaf})
+        else:
+            raise ReprokitError(
+                f"an input of type {type(leaf).__name__} cannot be stored",
+                hint="Pass tensors, numbers, strings or None (in tuples, lists, dicts).",
+            )
+    record: dict[str, Any] = {"leaves": described}
+    if random_inputs:
+        return record | {"seed": SEED}
+    values = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in leaves]
+    blob = io.BytesIO()
+    torch.save(values, blob)
+    return record | {"data": base64.b64encode(blob.getvalue()).decode("ascii")}
+
+
+def _warn_if_random(program: Any) -> None:
+    """A program that draws random numbers cannot agree across backends: say so now."""
+    import warnings
+
+    import torch
+
+    drawn = sorted(
+        {
+            str(node.target)
+            for node in program.graph.nodes
+            if node.op == "call_function"
+            and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+            and not (node.target is torch.ops.aten.dropout.default and node.args[2] is False)
+        }
+    )
+    if drawn:
+        warnings.warn(
+            f"the program draws random numbers ({', '.join(drawn)}): each backend draws its "
+            "own, so they will differ; call model.eval() or set dropout to 0 before capturing",
+            stacklevel=3,
+        )
+
+
+def check_program(path: Path | str) -> None:
+    """Refuse a ``.pt2`` that ``torch.export.load`` would run code from (module docstring)."""
+    path = Path(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise ReprokitError(
+            f"not an exported program (.pt2): {exc}", path, hint=_PT2_HINT
+        ) from None
+    with archive:
+        names = archive.namelist()
+        for name in names:
+            inner = name.partition("/")[2]
+            if names.count(name) > 1 or not _MEMBERS.fullmatch(inner):
+                raise ReprokitError(
+                    f"the archive holds {name!r}, which is no part of a plain exported program "
+                    "(pickles, compiled code and old layouts would run when loaded)",
+                    path,
+                    hint=_PT2_HINT,
+                )
+            _check_member(path, inner, archive.read(name))
+        if not any(n.endswith("/archive_version") for n in names):
+            raise ReprokitError("not an exported program: no archive_version", path, hint=_PT2_HINT)
+
+
+def _check_member(path: Path, inner: str, data: bytes) -> None:
+    if inner.startswith("data/sample_inputs/") and data:
+        raise ReprokitError(
+            "the program carries pickled example inputs, which torch.export.load unpickles "
+            "with weights_only=False",
+            path,
+            hint="Capture with `reprokit capture`, or set ep.example_inputs = None before "
+            "torch.export.save.",
+        )
+    if inner.endswith(".json"):
+        try:
+            json.loads(data, object_pairs_hook=lambda pairs: _plain(path, inner, pairs))
+        except ValueError as exc:
+            raise ReprokitError(f"{inner} is not JSON: {exc}", path, hint=_PT2_HINT) from None
+
+
+def _plain(path: Path, inner: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of the archive, refused if it holds what would run when loaded."""
+    for key, value in pairs:
+        if key == "expr_str" or (key in ("use_pickle", "guards_code") and value):
+            what = {
+                "expr_str": "symbolic shapes (sympy.sympify evaluates them as Python)",
+                "use_pickle": "pickled tensors (loaded with weights_only=False)",
+                "guards_code": "guards (Python source that ep.module() executes)",
+            }[key]
+            raise ReprokitError(
+                f"{inner} holds {what}",
+                path,
+                hint="reprokit runs programs with static shapes and unpickled weights: "
+                "capture without dynamic_shapes or data-dependent sizes (.item(), nonzero).",
+            )
+    return dict(pairs)
+
+
+def _loads_back(path: Path) -> None:
+    """The program must load as the script will load it (custom ops may not)."""
+    import torch
+
+    try:
+        torch.export.load(path).module(check_guards=False)
+    except Exception as exc:  # what deserialising a program raises is not documented
+        raise ReprokitError(
+            f"the exported program does not load back: {type(exc).__name__}: {exc}",
+            hint="A custom operator must be registered in the process that loads the program; "
+            "capture a part of the model without it.",
+        ) from None
+
+
+@contextmanager
+def _staged(final: Path) -> Iterator[Path]:
+    """A temporary file beside ``final``, renamed onto it only if the block succeeds."""
+    fd, name = tempfile.mkstemp(dir=final.parent, prefix=f".{final.stem}-", suffix=final.suffix)
+    os.close(fd)
+    temp = Path(name)
+    try:
+        yield temp
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    temp.replace(final)
+
+
+def _case_text(module: Any, name: str, random_inputs: bool) -> str:
+    import torch
+
+    kind = type(module).__name__
+    mode = "training" if module.training else "eval"
+    inputs = f"random inputs (seed {SEED})" if random_inputs else "the example inputs"
+    return (
+        f"# Made by `reprokit capture`: {kind} in {mode} mode, exported with torch "
+        f"{torch.__version__}.\n"
+        "[case]\n"
+        f"title = {json.dumps(f'Captured {kind}: every operation on CPU, XLA vs float64')}\n"
+        f'template = "{TEMPLATE}"\n'
+        f"description = {json.dumps(_description(kind, mode, inputs))}\n\n"
+        "[params]\n"
+        f'program = "{name}.pt2"  # relative to this file\n\n'
+        "[compare]\n"
+        "method = \"fp64\"  # XLA's error against float64, relative to CPU's\n\n"
+        "[expect]\n"
+        'outcome = "match"\n'
+    )
+
+
+def _description(kind: str, mode: str, inputs: str) -> str:
+    return (
+        f"{kind} ({mode} mode) captured with torch.export and run with {inputs} on CPU, "
+        "XLA and in float64; every intermediate of XLA is judged by its error against "
+        "float64 relative to CPU's."
+    )
+
+
+def load_factory(spec: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """Run ``FILE.py`` and call its ``FUNCTION``: ``(module, args)`` or ``(module, args,
+    kwargs)``."""
+    file, sep, function = spec.rpartition(":")
+    if not sep or not file or not function.isidentifier():
+        raise ReprokitError(
+            f"{spec!r} is not FILE.py:FUNCTION",
+            hint="Example: reprokit capture model.py:make_model, where make_model() returns "
+            "(model, (x,)) or (model, (x,), {'mask': m}).",
+        )
+    path = Path(file)
+    if not path.is_file():
+        raise ReprokitError("no such file", path, hint="Give the path of a Python file.")
+    namespace = _run_file(path)
+    factory = namespace.get(function)
+    if not callable(factory):
+        found = ", ".join(k for k, v in namespace.items() if callable(v) and not k.startswith("_"))
+        raise ReprokitError(
+            f"{path.name} defines no function {function!r}", path, hint=f"It defines: {found}."
+        )
+    with _guarded(path, f"{function}() raised"):
+        result = factory()
+    return _checked(result, path, function)
+
+
+def _run_file(path: Path) -> dict[str, Any]:
+    """The user's file run as a module named after it, its folder importable (as python
+    does for a script)."""
+    name = path.stem if path.stem.isidentifier() else "model"
+    name = name if name not in sys.modules else f"_reprokit_capture_{name}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ReprokitError("cannot load it as Python", path, hint="Give a .py file.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    sys.path.insert(0, str(path.resolve().parent))
+    with _guarded(path, "running it raised"):
+        spec.loader.exec_module(module)
+    return vars(module)
+
+
+@contextmanager
+def _guarded(path: Path, what: str) -> Iterator[None]:
+    """The user's code failing, as a ReprokitError pointing at their line."""
+    try:
+        yield
+    except SyntaxError as exc:
+        raise ReprokitError(f"not valid Python: {exc.msg}", path, exc.lineno) from None
+    except Exception as exc:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+        line = frames[-1].lineno if frames else None
+        raise ReprokitError(f"{what}: {type(exc).__name__}: {exc}", path, line) from None
+
+
+def _checked(result: Any, path: Path, function: str) -> tuple[Any, tuple[Any, ...], dict]:
+    import torch
+
+    shape = "(module, args) or (module, args, kwargs), args a tuple and kwargs a dict"
+    ok = isinstance(result, tuple) and len(result) in (2, 3)
+    ok = ok and isinstance(result[0], torch.nn.Module) and isinstance(result[1], tuple | list)
+    ok = ok and (len(result) == 2 or isinstance(result[2], dict))
+    if not ok:
+        got = type(result).__name__
+        if isinstance(result, tuple):
+            got = f"({', '.join(type(x).__name__ for x in result)})"
+        raise ReprokitError(
+            f"{function}() returned {got}, not {shape}",
+            path,
+            hint="Example: return model, (torch.randn(8, 3, 32, 32),)",
+        )
+    return result[0], tuple(result[1]), dict(result[2]) if len(result) == 3 else {}
+
+
+def command(
+    spec: str,
+    name: str | None = None,
+    out_dir: Path | str = ".",
+    state_dict: Path | str | None = None,
+    random_inputs: bool = False,
+) -> Path:
+    """``reprokit capture FILE.py:FUNCTION``: the case file written (name: FUNCTION's)."""
+    module, args, kwargs = load_factory(spec)
+    name = name or spec.rpartition(":")[2]
+    return capture(
+        module,
+        args,
+        kwargs,
+        name=name,
+        out_dir=out_dir,
+        state_dict=state_dict,
+        random_inputs=random_inputs,
+    )

@@ -1,0 +1,1 @@
+"""Generate: case files and templates, rendered into standalone scripts."""

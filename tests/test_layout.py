@@ -1,0 +1,124 @@
+"""The package's shape: modules import downwards (no circles), and reading a run needs no
+torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import reprokit
+from reprokit.records import (
+    Comparison,
+    Outcome,
+    RunSummary,
+    StageResult,
+    Status,
+    VariantResult,
+    write_summary,
+)
+
+PACKAGE = Path(reprokit.__file__).parent
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the reprokit modules it imports anywhere (late imports and TYPE_CHECKING
+    ones too: a circle hidden in a function is still a circle)."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle, as the modules along it, or None."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return [*path[path.index(nxt) :], nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_import_circles():
+    graph = import_graph()
+    assert "reprokit.records" in graph and graph["reprokit.records"] == set()  # at the bottom
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+BLOCK_TORCH = "import sys; sys.modules['torch'] = None; from reprokit.cli import main; main()"
+
+
+def reprokit_without_torch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``reprokit ARGS`` in a process where ``import torch`` fails."""
+    command = [sys.executable, "-c", BLOCK_TORCH, *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def mismatching_run(run_dir: Path) -> None:
+    """A run folder with one variant whose act.1 differs, written from records alone."""
+
+    def comparison(name: str, close: bool) -> Comparison:
+        return Comparison(name, "cpu", "xla", (4,), "float32", 0.0 if close else 0.5,
+                          0.0 if close else 0.25, 0 if close else 4, 4, close)  # fmt: skip
+
+    comparisons = (comparison("act.0", True), comparison("act.1", False))
+    variant = VariantResult(
+        case="demo", label="demo", variant={}, outcome=Outcome.MISMATCH,
+        expected=Outcome.MATCH, seconds=1.0, comparisons=comparisons,
+        first_divergence={"xla": "act.1"},
+        stages=(StageResult("cpu", "cpu", Status.OK), StageResult("xla", "xla", Status.OK)),
+    )  # fmt: skip
+    (run_dir / "demo").mkdir(parents=True)
+    (run_dir / "demo" / "repro.py").write_text("print('repro')\n")
+    write_summary(RunSummary(started="now", variants=(variant,)), run_dir)
+
+
+def test_list_and_report_work_without_torch(tmp_path):
+    listed = reprokit_without_torch("list", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "xser_to_spmd" in listed.stdout
+    mismatching_run(tmp_path / "run")
+    reported = reprokit_without_torch("report", "run", cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    body = (tmp_path / "run" / "report.md").read_text()
+    assert "act.0 agrees; act.1 is the first to differ" in body  # read without torch
+    assert (tmp_path / "run" / "report.html").is_file()
+    assert (tmp_path / "run" / "bundle.zip").is_file()
