@@ -47,6 +47,7 @@ import io
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import traceback
@@ -201,23 +202,26 @@ def _warn_if_random(program: Any) -> None:
     """A program that draws random numbers cannot agree across backends: say so now."""
     import warnings
 
-    import torch
-
-    drawn = sorted(
-        {
-            str(node.target)
-            for node in program.graph.nodes
-            if node.op == "call_function"
-            and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
-            and not (node.target is torch.ops.aten.dropout.default and node.args[2] is False)
-        }
-    )
+    drawn = sorted({str(n.target) for n in program.graph.nodes if _draws(n)})
     if drawn:
         warnings.warn(
             f"the program draws random numbers ({', '.join(drawn)}): each backend draws its "
             "own, so they will differ; call model.eval() or set dropout to 0 before capturing",
             stacklevel=3,
         )
+
+
+def _draws(node: Any) -> bool:
+    """A random operation that does draw: not a dropout with p=0 or outside training."""
+    import torch
+
+    tags = getattr(node.target, "tags", ())
+    if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in tags:
+        return False
+    schema = node.target._schema.arguments
+    given = {a.name: a.default_value for a in schema if a.has_default_value()}
+    given |= dict(zip([a.name for a in schema], node.args, strict=False)) | dict(node.kwargs)
+    return given.get("p", given.get("dropout_p")) != 0 and given.get("train") is not False
 
 
 def check_program(path: Path | str) -> None:
@@ -295,16 +299,15 @@ def _loads_back(path: Path) -> None:
 
 @contextmanager
 def _staged(final: Path) -> Iterator[Path]:
-    """A temporary file beside ``final``, renamed onto it only if the block succeeds."""
-    fd, name = tempfile.mkstemp(dir=final.parent, prefix=f".{final.stem}-", suffix=final.suffix)
-    os.close(fd)
-    temp = Path(name)
+    """``final``'s name in a temporary folder beside it, moved onto ``final`` only if the block
+    succeeds (the name, not a temporary one: torch.export.save names the archive's folder
+    after the file)."""
+    folder = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
     try:
-        yield temp
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    temp.replace(final)
+        yield folder / final.name
+        (folder / final.name).replace(final)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _case_text(module: Any, name: str, random_inputs: bool) -> str:

@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from reprokit.errors import ReprokitError
+from reprokit.records import Outcome, VariantResult
+from reprokit.runner import backends
+from reprokit.runner.options import Options
+from reprokit.runner.stage import log_path
 
 if TYPE_CHECKING:
     from reprokit.generate.cases import Variant
-    from reprokit.records import VariantResult
 
 _CASE_TABLE = re.compile(r"^\s*\[\s*case\s*\]", re.MULTILINE)
 WORST = 3  # differing tensors shown in a failure
@@ -102,21 +105,21 @@ class CaseItem(pytest.Item):
         self.variant = variant
 
     def runtest(self) -> None:
-        from reprokit.generate.cases import Outcome
-        from reprokit.runner import backends
-        from reprokit.runner.scheduler import TIMEOUT, Interrupted, Options, run
+        import reprokit  # the runner: only once an item runs
 
         config = self.config
         options = Options(
             jobs=1 if hasattr(config, "workerinput") else os.cpu_count() or 1,  # xdist: 1 each
-            timeout=config.getoption("reprokit_timeout") or TIMEOUT,
+            timeout=config.getoption("reprokit_timeout") or Options.timeout,
             xla_device=backends.xla_device(config.getoption("reprokit_xla_device")),
             templates=_templates(config),
         )
         run_dir = _run_dir(config, self.variant.label)
         try:
-            summary = run([self.variant], run_dir=run_dir, options=options, argv=["pytest"])
-        except Interrupted:
+            summary = reprokit.run(
+                [self.variant], run_dir=run_dir, options=options, argv=["pytest"]
+            )
+        except reprokit.Interrupted:
             raise KeyboardInterrupt from None
         (result,) = summary.variants
         self.user_properties.append(("outcome", result.outcome.value))
@@ -149,11 +152,9 @@ def failure_message(result: VariantResult, folder: Path) -> str:
         lines += ["  " + line for line in (head + comparison.describe()).splitlines()]
     if len(bad) > WORST:
         lines.append(f"  ... and {len(bad) - WORST} more tensors outside tolerance")
-    failing = ("error", "crash", "timeout")
-    failed = next((s for s in result.stages if s.status.value in failing), None)
+    failed = result.failed_stage
     if failed is not None:
-        log = "list-stages." if failed.name == "--list-stages" else f"stages/{failed.name}/"
-        tail = _tail(folder / f"{log}stderr.log", 6)
+        tail = _tail(log_path(folder, failed.name), 6)
         if tail:
             lines += [f"  {failed.name} stderr (last lines):", *(f"    {t}" for t in tail)]
         else:
@@ -191,8 +192,6 @@ def _run_dir(config: pytest.Config, label: str) -> Path:
 
 def _exclusive_group(config: pytest.Config) -> str | None:
     """The xdist group of every item when XLA runs on an accelerator, or a GPU is here."""
-    from reprokit.runner import backends
-
     device = backends.xla_device(config.getoption("reprokit_xla_device"))
     if device != "CPU":
         return f"reprokit-{device}"

@@ -229,9 +229,9 @@ class Comparison:
                 f"  RMSE against float64: {self.target} {self.errors[1]:.3g}, "
                 f"{self.reference} {self.errors[0]:.3g}"
             )
-        lines += [
-            f"  {self.target}{list(w.index)} = {w.target!r}, "
-            f"{self.reference}{list(w.index)} = {w.reference!r}"
+        lines += [  # the reference first, as in `reprokit diff A B`
+            f"  {self.reference}{list(w.index)} = {w.reference!r}, "
+            f"{self.target}{list(w.index)} = {w.target!r}"
             for w in self.worst
         ]
         return "\n".join(lines)

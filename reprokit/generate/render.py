@@ -43,8 +43,9 @@ def _python_literal(value: Any) -> Markup:
 def _comment(value: Any) -> Markup:
     """Plain text safe inside a ``#`` comment, wrapped so that the script's lines stay under
     the linters' 100 columns: every line break starts a new comment."""
-    lines = textwrap.wrap(re.sub(r"\s+", " ", str(value).strip()), COMMENT_WIDTH) or [""]
-    return Markup("\n# ".join(lines))
+    paragraphs = re.split(r"\s*[\r\n]+\s*", str(value).strip())
+    lines = [line for text in paragraphs for line in textwrap.wrap(text, COMMENT_WIDTH)]
+    return Markup("\n# ".join(lines or [""]))
 
 
 def _identifier(value: Any) -> Markup:

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 import filelock
 
-from reprokit.env import capture as capture_env
 from reprokit.comparison.verdict import verdict
+from reprokit.env import capture as capture_env
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Variant
 from reprokit.generate.render import render

@@ -74,7 +74,7 @@ class LocalExecutor:
         result = self._spawn(folder, LIST_STAGES, "cpu", [LIST_STAGES], env, stop)
         if result.status is not Status.OK:
             raise StagesUnlisted(result, f"{LIST_STAGES} {result.ended()}")
-        text = (folder / "list-stages.stdout.log").read_text("utf-8", "replace")
+        text = log_path(folder, LIST_STAGES, "stdout").read_text("utf-8", "replace")
         try:
             stages = parse_stages(text)
         except ValueError as exc:
@@ -94,12 +94,12 @@ class LocalExecutor:
         stop: threading.Event,
     ) -> StageResult:
         """``python repro.py ARGS`` in ``folder``; logs beside the stage's outputs."""
-        logs = folder / ("list-stages." if name == LIST_STAGES else f"stages/{name}/")
+        logs = [log_path(folder, name, stream) for stream in ("stdout", "stderr")]
         options = self.options
         ended = run_process(
             [options.python, "repro.py", *args],
-            stdout=Path(f"{logs}stdout.log"),
-            stderr=Path(f"{logs}stderr.log"),
+            stdout=logs[0],
+            stderr=logs[1],
             env=env,
             cwd=folder,
             timeout=options.timeout,
@@ -107,8 +107,8 @@ class LocalExecutor:
             log_cap=options.log_cap,
             grace=options.grace,
         )
-        for log in ("stdout.log", "stderr.log"):
-            redact_file(Path(f"{logs}{log}"), self.secrets)
+        for log in logs:
+            redact_file(log, self.secrets)
         notes = [f"killed after --timeout {options.timeout:g} s"]
         notes = notes if ended.status is Status.TIMEOUT else []
         if ended.cut:

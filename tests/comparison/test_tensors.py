@@ -56,7 +56,7 @@ def test_numbers_of_one_comparison():
     assert (c.max_abs, c.max_rel, c.nan) == (0.5, 0.25, (1, 1))
     assert c.worst == (Worst((0, 1), 2.5, 2.0),)
     assert "1 / 4 mismatched" in c.describe()
-    assert "target[0, 1] = 2.5, reference[0, 1] = 2.0" in c.describe()  # the target first
+    assert "reference[0, 1] = 2.0, target[0, 1] = 2.5" in c.describe()  # the reference first
 
 
 def test_same_values_nan_and_inf_in_place_are_equal():

@@ -36,8 +36,9 @@ def test_builtin_case_renders_standalone_and_ruff_clean(variant, tmp_path):
     path = tmp_path / "repro.py"
     path.write_text(script)
     assert imported_modules(script) <= ALLOWED_IMPORTS  # no reprokit, nothing exotic
+    config = Path(__file__).parents[2] / "pyproject.toml"  # the project's rules, not the lax ones
     ruff = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", str(path)],
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", config, path],
         capture_output=True,
         text=True,
     )
@@ -48,13 +49,17 @@ def test_builtin_case_renders_standalone_and_ruff_clean(variant, tmp_path):
     dag = json.loads(stages.stdout)
     names = [stage["name"] for stage in dag]
     for position, stage in enumerate(dag):
-        assert set(stage) == {"name", "backend", "needs", "reference"}
+        assert {"name", "backend", "needs", "reference"} <= set(stage)
+        assert set(stage) <= {"name", "backend", "needs", "reference", "devices", "arbiter"}
+        assert ("devices" in stage) == (stage["backend"] == "xla_spmd")  # named, not guessed
         assert set(stage["needs"]) <= set(names[:position])  # listed in DAG order
 
 
-def test_seed_script_is_at_most_200_lines():
+def test_seed_script_is_at_most_225_lines():
+    """Short enough to read in an issue: 200 lines before the script's comparison learned the
+    harness's semantics (NaN, dtype, names on one side), 225 since."""
     (seed,) = load_variants(["xser_to_spmd"])
-    assert render(seed).count("\n") <= 200
+    assert render(seed).count("\n") <= 225
 
 
 def test_seed_script_holds_only_what_the_case_uses():

@@ -17,6 +17,7 @@ import torch
 
 from reprokit.comparison.tensors import compare_tensors
 from reprokit.records import (
+    Environment,
     Outcome,
     RunSummary,
     StageResult,
@@ -53,7 +54,7 @@ def fake_variant(run_dir: Path, label: str, *, diverge_at: int | None, script_li
     first = first_divergence(comparisons)
     outcome = Outcome.MATCH if first is None else Outcome.MISMATCH
     stages = tuple(
-        StageResult(s, b, Status.OK, 0, None, 1.0)
+        StageResult(s, b, Status.OK, 0, None, 1.0, metrics={"loss": [1.0, 0.8, 0.7]})
         for s, b in (("eval_cpu", "cpu"), ("eval_spmd", "xla_spmd"))
     )
     return VariantResult(
@@ -70,11 +71,11 @@ def fake_variant(run_dir: Path, label: str, *, diverge_at: int | None, script_li
 
 
 def fake_run(run_dir: Path, variants: list[VariantResult]) -> Path:
-    env = {
-        "python": "3.11",
-        "versions": {"torch": "2.9.0"},
-        "variables": {"PJRT_DEVICE": "CPU", "HF_TOKEN": MARKER},
-    }
+    env = Environment(
+        python="3.11",
+        versions={"torch": "2.9.0"},
+        variables={"PJRT_DEVICE": "CPU", "HF_TOKEN": MARKER},
+    )
     write_summary(
         RunSummary(started="now", finished="later", env=env, variants=tuple(variants)), run_dir
     )
@@ -106,7 +107,7 @@ def test_markdown_renders_with_github_cmark_gfm(small_run):
     write_reports(small_run, formats="md")
     text = (small_run / "report.md").read_text()
     assert text.startswith("**reprokit**: 1 of 2 variants behaved as expected; 1 did not")
-    expected = "First divergence in `eval_spmd`: act.0-act.2 agree; act.3 is the first to differ"
+    expected = "First divergence in `eval_spmd`: act.0 through act.2 agree; act.3 is the first to differ"
     assert f"{expected} (32 / 32 mismatched, max abs 0.04)." in text
     html = cmarkgfm.github_flavored_markdown_to_html(
         text, options=cmarkgfm.Options.CMARK_OPT_UNSAFE

@@ -1,0 +1,272 @@
+"""Capture: a user's model exported, written as a case, rendered and run for real on XLA:CPU.
+
+The models are tests/data/capture/models.py. Each capture and each script run costs seconds
+(torch.export, three stage processes), so the two models are captured once per worker and
+every test renders and runs into its own tmp folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from reprokit.capturing import check_program, command, load_factory
+from reprokit.errors import ReprokitError
+
+MODELS = Path(__file__).parent / "data" / "capture" / "models.py"
+
+
+def render_case(case: Path, out: Path, **params) -> Path:
+    """The case's script in ``out`` with its program beside it, as the runner lays them out."""
+    try:
+        from reprokit.generate.cases import load_case, variants
+        from reprokit.generate.render import render
+    except ImportError:  # before the package's reorganisation
+        from reprokit.cases import load_case, variants
+        from reprokit.render import render
+    variant = variants(load_case(case), params)[0]
+    out.mkdir(parents=True)
+    program = tomllib.loads(case.read_text())["params"]["program"]
+    shutil.copy(case.parent / program, out / Path(program).name)
+    (out / "repro.py").write_text(render(variant), encoding="utf-8")
+    return out / "repro.py"
+
+
+def run_script(script: Path) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "PJRT_DEVICE": "CPU", "HOME": str(script.parent)}
+    return subprocess.run(
+        [sys.executable, script.name], cwd=script.parent, env=env, capture_output=True,
+        text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def import_script(script: Path):
+    """The rendered script as a module, to call its functions in this process."""
+    spec = importlib.util.spec_from_file_location(f"repro_{abs(hash(script))}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def first_differing(stdout: str) -> str | None:
+    """The first tensor the script's table says differs on the xla stage."""
+    if found := re.search(r"first to differ: (\S+)", stdout):  # the fp64 table
+        return found[1]
+    for line in stdout.splitlines():  # the allclose table: stage tensor max-abs max-rel n/total
+        cells = line.split()
+        if len(cells) >= 5 and cells[0] == "xla" and re.fullmatch(r"[1-9]\d*/\d+", cells[4]):
+            return cells[1]
+    return None
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> dict[str, Path]:
+    """The CNN and the transformer captured once: name -> case file."""
+    out = tmp_path_factory.mktemp("captured")
+    return {name: command(f"{MODELS}:{name}", out_dir=out) for name in ("cnn", "transformer")}
+
+
+@pytest.mark.parametrize("model", ["cnn", "transformer"])
+def test_captured_model_runs_and_every_node_agrees(captured, tmp_path, model):
+    case = captured[model]
+    spec = tomllib.loads(case.read_text())
+    assert spec["case"]["template"] == "exported_program"
+    assert spec["params"] == {"program": f"{model}.pt2"}
+    assert spec["compare"] == {"method": "fp64"} and spec["expect"] == {"outcome": "match"}
+    script = render_case(case, tmp_path / "run", dtype="float32", nodes="all")
+    done = run_script(script)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    saved = list(torch.load(tmp_path / "run" / "repro_work" / "xla" / "tensors.pt"))
+    assert re.fullmatch(r"node\.0000\.\w+", saved[0]) and saved[-1] == "output.0"
+    assert [n for n in saved if n.startswith("node.")] == sorted(n for n in saved if "node." in n)
+    lint = subprocess.run(  # the script passes the project's lint rules
+        [sys.executable, "-m", "ruff", "check", "--config", "pyproject.toml", str(script)],
+        cwd=Path(__file__).parents[1], capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_perturbed_node_is_the_first_to_differ(captured, tmp_path):
+    plain = import_script(render_case(captured["transformer"], tmp_path / "plain"))
+    _, _, names = plain.prepare(torch.device("cpu"), None)
+    middle = [n for n in names if n.endswith(".layer_norm")][1]  # after the first layer
+    nodes = {n["name"]: n for n in plain.EXTRA_RESULT["nodes"]}
+    assert nodes[middle]["module"] == "layers.0.norm2" and nodes[middle]["shape"] == [2, 6, 16]
+    assert nodes[middle]["op"] == "aten.layer_norm.default"
+    script = render_case(captured["transformer"], tmp_path / "run", perturb_node=middle)
+    done = run_script(script)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert first_differing(done.stdout) == middle
+    fp64 = import_script(script)  # the float64 judgement names it too
+    assert not fp64.compare_fp64(tmp_path / "run" / "repro_work")
+
+
+def test_nodes_are_described_with_their_module_and_the_users_line(captured, tmp_path):
+    script = import_script(render_case(captured["cnn"], tmp_path / "run"))
+    _, _, names = script.prepare(torch.device("cpu"), torch.float64)
+    assert names[-1] == "output.0" and all(n.startswith("node.") for n in names[:-1])
+    nodes = script.EXTRA_RESULT["nodes"]
+    assert [n["name"] for n in nodes] == names[:-1]
+    conv, mean = nodes[0], next(n for n in nodes if n["name"].endswith(".mean"))
+    assert conv["module"] == "features.0" and conv["op"] == "aten.conv2d.default"
+    assert conv["shape"] == [4, 8, 16, 16] and "torch/nn/modules/conv.py" in conv["source"]
+    assert mean["module"] == "" and mean["shape"] == [4, 8]
+    assert re.search(
+        r"models\.py:\d+: return self\.head\(x\.mean\(dim=\(2, 3\)\)\)$", mean["source"]
+    )
+
+
+def test_random_inputs_leave_no_input_values(tmp_path):
+    _, args, _ = load_factory(f"{MODELS}:cnn")
+    kept = command(f"{MODELS}:cnn", name="kept", out_dir=tmp_path / "kept")
+    record = json.loads(zipfile.ZipFile(kept.with_suffix(".pt2")).read("kept/extra/inputs.json"))
+    values = torch.load(io.BytesIO(base64.b64decode(record["data"])), weights_only=True)
+    assert torch.equal(values[0], args[0])  # captured inputs are kept, as data
+    case = command(f"{MODELS}:cnn", name="rand", out_dir=tmp_path / "rand", random_inputs=True)
+    record = json.loads(zipfile.ZipFile(case.with_suffix(".pt2")).read("rand/extra/inputs.json"))
+    assert record == {"leaves": [{"shape": [4, 3, 16, 16], "dtype": "float32"}], "seed": 0}
+    image = args[0].numpy().tobytes()
+    for path in (tmp_path / "rand").rglob("*"):  # the pickled example inputs are gone too
+        assert image[:64] not in path.read_bytes(), path
+    with zipfile.ZipFile(case.with_suffix(".pt2")) as archive:
+        assert archive.read("rand/data/sample_inputs/model.pt") == b""
+    script = import_script(render_case(case, tmp_path / "run"))
+    _, inputs = script.load_program()
+    assert inputs[0].shape == args[0].shape and not torch.equal(inputs[0], args[0])
+
+
+@pytest.mark.parametrize("kind", ["xser", "dcp"])
+def test_state_dict_from_checkpoint_is_the_one_captured(tmp_path, kind, monkeypatch):
+    model = load_factory(f"{MODELS}:cnn")[0]
+    torch.manual_seed(1)
+    trained = {
+        k: v + torch.randn_like(v.float()).to(v.dtype) for k, v in model.state_dict().items()
+    }
+    if kind == "xser":
+        monkeypatch.setenv("PJRT_DEVICE", "CPU")
+        import torch_xla.utils.serialization as xser
+
+        xser.save(trained, str(tmp_path / "model.xser"))
+        checkpoint = tmp_path / "model.xser"
+    else:
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(trained, checkpoint_id=str(tmp_path / "dcp"))
+        checkpoint = tmp_path / "dcp"
+    case = command(f"{MODELS}:cnn", out_dir=tmp_path / "case", state_dict=checkpoint)
+    program = torch.export.load(case.with_suffix(".pt2"))
+    assert program.state_dict.keys() == trained.keys()
+    for name, tensor in program.state_dict.items():
+        assert torch.equal(tensor, trained[name]), name
+
+
+def test_state_dict_that_does_not_fit_is_refused(tmp_path):
+    model = load_factory(f"{MODELS}:cnn")[0]
+    state = dict(model.state_dict())
+    state["extra.weight"] = state.pop("head.weight")
+    torch.save(state, tmp_path / "bad.pt")
+    with pytest.raises(ReprokitError) as error:
+        command(f"{MODELS}:cnn", out_dir=tmp_path / "out", state_dict=tmp_path / "bad.pt")
+    assert "1 missing, 1 unexpected" in str(error.value)
+    assert "head.weight" in str(error.value) and "extra.weight" in str(error.value)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("nothing.py:cnn", "no such file"),
+        (f"{MODELS}", "is not FILE.py:FUNCTION"),
+        (f"{MODELS}:absent", "defines no function 'absent'"),
+        (f"{MODELS}:not_a_model", "not_a_model() returned (str, tuple), not (module, args)"),
+        (f"{MODELS}:no_args", "no_args() returned (Linear, Tensor)"),
+        (f"{MODELS}:broken", "broken() raised: ValueError: the factory itself fails"),
+    ],
+)
+def test_bad_factory_is_a_clear_error(tmp_path, spec, expected):
+    with pytest.raises(ReprokitError) as error:
+        command(spec, out_dir=tmp_path)
+    assert expected in str(error.value)
+    if spec.endswith(":broken"):
+        assert error.value.line is not None and error.value.path == MODELS
+    assert not list(tmp_path.iterdir())
+
+
+def test_model_export_cannot_capture_quotes_its_reason(tmp_path):
+    with pytest.raises(ReprokitError) as error:
+        command(f"{MODELS}:data_dependent", out_dir=tmp_path)
+    text = str(error.value)
+    assert "torch.export cannot capture Branchy" in text and "data-dependent" in text.lower()
+    assert "strict=False" in error.value.hint
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def hostile(source: Path, target: Path, change) -> Path:
+    """A copy of the archive ``source`` with ``change(name, data)`` applied to each member
+    (returning None drops it, a list of pairs adds members)."""
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as dst:
+        for info in src.infolist():
+            for name, data in change(info.filename, src.read(info.filename)) or []:
+                dst.writestr(name, data)
+    return target
+
+
+def test_hostile_programs_are_refused_by_reprokit_and_by_the_script(captured, tmp_path):
+    import pickle
+
+    source = captured["cnn"].with_suffix(".pt2")
+    marker = tmp_path / "ran"
+    evil = pickle.dumps(_Evil(marker))
+
+    def sample_pickle(name, data):
+        return [(name, evil if name.endswith("sample_inputs/model.pt") else data)]
+
+    def compiled(name, data):
+        return [(name, data)] + ([("cnn/data/aotinductor/model/x.so", b"\x7fELF")]
+                                 if name.endswith("archive_version") else [])  # fmt: skip
+
+    def guards(name, data):
+        text = data.replace(b'"guards_code": []', b'"guards_code": ["__import__(\'os\')"]')
+        return [(name, text if name.endswith("model.json") else data)]
+
+    def expression(name, data):
+        text = data.replace(b'"guards_code": []', b'"guards_code": [], "x": {"expr_str": "1"}')
+        return [(name, text if name.endswith("model.json") else data)]
+
+    def use_pickle(name, data):
+        text = data.replace(b'"use_pickle": false', b'"use_pickle": true', 1)
+        return [(name, text if name.endswith("weights_config.json") else data)]
+
+    script = import_script(render_case(captured["cnn"], tmp_path / "run"))
+    for change in (sample_pickle, compiled, guards, expression, use_pickle):
+        bad = hostile(source, tmp_path / f"{change.__name__}.pt2", change)
+        with pytest.raises(ReprokitError) as error:
+            check_program(bad)
+        assert "torch.export.save" in error.value.hint or "capture" in error.value.hint
+        with pytest.raises(SystemExit, match="refused"):
+            script.check_archive(bad)
+    assert not marker.exists()
+    (tmp_path / "text.pt2").write_text("not a zip")
+    with pytest.raises(ReprokitError, match="not an exported program"):
+        check_program(tmp_path / "text.pt2")
+    check_program(source)  # a capture passes
+
+
+class _Evil:
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
