@@ -1,42 +1,31 @@
 """Capture: the user's own model as an exported program and a case that runs it.
 
 ``capture(module, args)`` exports the module with ``torch.export`` (in whatever train/eval mode
-the user left it), writes ``NAME.pt2`` and ``NAME.toml`` (template ``exported_program``,
-compared against float64), and returns the case's path. ``load_factory`` reads the
-``FILE.py:FUNCTION`` the CLI is given; ``command`` is the CLI's whole job.
+the user left it) and writes ``NAME.pt2`` and ``NAME.toml`` (template ``exported_program``,
+judged against float64); ``load_factory`` reads the CLI's ``FILE.py:FUNCTION``, ``command`` is
+the CLI's whole job.
 
-Where the example inputs go. ``torch.export.load`` unpickles a program's example inputs with
-``weights_only=False`` (``deserialize_torch_artifact`` in torch/_export/serde/serialize.py),
-so reprokit clears them (the archive's ``data/sample_inputs`` member is empty) and stores the
-inputs as data in the archive's extra file ``inputs.json``: the flat leaves of ``(args,
-kwargs)`` in the program's own input order, each tensor as shape and dtype, and, unless random
-inputs are asked for, their values as a base64 ``torch.save`` blob that the script reads back
-with ``weights_only=True``. Extra files are text (``torch.export.save`` writes them as UTF-8),
-hence base64. With random inputs only shapes, dtypes and a seed leave the machine; non-tensor
-inputs (an int, a flag) are constants of the program anyway, so they are kept.
+The inputs are data, not pickles: ``torch.export.load`` unpickles a program's example inputs
+with ``weights_only=False``, so they are cleared (``data/sample_inputs`` stays empty) and the
+archive's extra file ``inputs.json`` holds the flat leaves of ``(args, kwargs)`` in the
+program's order: each tensor's shape and dtype, and unless inputs are random, the values as a
+base64 ``torch.save`` blob (extra files are text) that the script reads with
+``weights_only=True``. Random inputs keep only shapes, dtypes and a seed (numbers and flags
+among the inputs are constants of the program, so they are kept).
 
-What a ``.pt2`` can make ``torch.export.load`` run (torch 2.9.0, read in
-torch/export/__init__.py, torch/export/pt2_archive/_package.py, torch/_export/serde/
-serialize.py and torch/export/_unlift.py), all shown to work with a crafted archive or
-expression:
-
-- ``data/sample_inputs/<model>.pt``: ``torch.load(weights_only=False)``, any pickle runs
-  (tried: an ``os.system`` reduce ran during ``torch.export.load``);
-- weights or constants whose config says ``use_pickle``, and the legacy
-  ``data/weights/<model>.pt`` and ``data/constants/<model>.pt``: the same;
-- ``data/constants/custom_obj_*``: TorchScript's unpickler (``torch._C._pickle_load_obj``);
-- ``data/aotinductor/``: a compiled shared library, loaded (native code);
-- the pre-2.8 archive layout (``serialized_*.pt`` at the top), read when the new one fails;
-- symbolic shapes: every ``expr_str`` goes through ``sympy.sympify``, which is ``eval``
-  (tried: ``__import__('os')...`` ran);
-- ``guards_code``: ``ep.module()`` pastes these strings into Python source and ``exec``s it.
-
-Weights and constants without ``use_pickle`` are raw bytes (``torch.frombuffer``), operators
-are looked up by name among registered ATen/higher-order operators, and node names are
-sanitised by torch.fx. So :func:`check_program` admits only the members of a plain archive,
-no ``use_pickle``, an empty ``sample_inputs`` member, no symbolic expression and no guards
-code; the rendered script runs the same check before it loads the file, and calls
-``module(check_guards=False)``. A program with dynamic or data-dependent shapes is refused.
+What a ``.pt2`` makes torch 2.9.0's ``torch.export.load`` run (read in torch/export/,
+torch/export/pt2_archive/_package.py, torch/_export/serde/serialize.py; the first two and the
+sympify one tried with crafted input, and they ran):
+``data/sample_inputs/*.pt`` (``torch.load(weights_only=False)``); weights or constants marked
+``use_pickle`` and the legacy ``data/weights|constants/<model>.pt`` (the same);
+``data/constants/custom_obj_*`` (TorchScript's unpickler); ``data/aotinductor/`` (a shared
+library is loaded); the pre-2.8 layout (``serialized_*.pt``), tried when the new one fails;
+``expr_str`` of symbolic shapes (``sympy.sympify``, which is ``eval``); and ``guards_code``,
+which ``ep.module()`` pastes into source and ``exec``s. Other tensors are raw bytes,
+operators are looked up among registered ones, node names are sanitised by torch.fx. So
+:func:`check_program` admits only a plain archive's members, an empty ``sample_inputs``, no
+``use_pickle``, no expression and no guards (dynamic shapes are refused); the rendered script
+repeats the check and calls ``module(check_guards=False)``.
 """
 
 from __future__ import annotations
@@ -45,7 +34,6 @@ import base64
 import importlib.util
 import io
 import json
-import os
 import re
 import shutil
 import sys
@@ -59,14 +47,14 @@ from typing import TYPE_CHECKING, Any
 from reprokit.errors import ReprokitError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     import torch
 
 TEMPLATE = "exported_program"
 INPUTS = "inputs.json"  # the extra file holding the inputs (extra/inputs.json in the archive)
 SEED = 0  # of random inputs
-_NAME = re.compile(r"[A-Za-z0-9_][\w.-]{0,99}")
+_NAME = re.compile(r"[A-Za-z0-9_][\w.-]{0,79}")  # short: the script names its .pt2
 # Everything a plain exported program consists of, below the archive's top folder.
 _MEMBERS = re.compile(
     r"archive_format|archive_version|byteorder|\.data/(version|serialization_id)"
@@ -75,8 +63,8 @@ _MEMBERS = re.compile(
     r"|data/sample_inputs/\w+\.pt|extra/[\w.-]+"
 )
 _PT2_HINT = (
-    "reprokit runs programs it can read as data: those `reprokit capture` writes "
-    "(torch.export.save, static shapes, no pickles)."
+    "reprokit runs programs it can read as data, as `reprokit capture` writes them: "
+    "torch.export.save with ep.example_inputs = None, static shapes, no pickles."
 )
 
 
@@ -99,14 +87,15 @@ def capture(
 
     if not _NAME.fullmatch(name):
         raise ReprokitError(f"{name!r} cannot name a case", hint="Use letters, digits, _ . -")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if state_dict is not None:
         load_state_dict(module, Path(state_dict))
     program = export(module, tuple(args), dict(kwargs or {}))
     inputs = _inputs_record(program, args, kwargs or {}, random_inputs)
     program.example_inputs = None  # else torch.export.load would unpickle them (see above)
-    with _staged(out / f"{name}.pt2") as pt2, _staged(out / f"{name}.toml") as case:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # the program is in place before the case that names it
+    with _staged(out / f"{name}.toml") as case, _staged(out / f"{name}.pt2") as pt2:
         torch.export.save(program, pt2, extra_files={INPUTS: json.dumps(inputs)})
         check_program(pt2)
         _loads_back(pt2)
@@ -123,7 +112,7 @@ def export(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         program = torch.export.export(module, args, kwargs)
     except Exception as exc:  # export raises many kinds; its message says what went wrong
-        lines = [line for line in str(exc).splitlines() if line.strip()][:6]
+        lines = [line for line in str(exc).splitlines() if line.strip()][:4]
         raise ReprokitError(
             f"torch.export cannot capture {type(module).__name__}: {type(exc).__name__}: "
             + "\n".join(lines),
@@ -138,7 +127,8 @@ def export(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def load_state_dict(module: Any, path: Path) -> None:
     """Load a checkpoint into ``module``, strictly: every name on both sides."""
-    open_checkpoint = _open_checkpoint()
+    from reprokit.comparison.checkpoints import open_checkpoint
+
     checkpoint = open_checkpoint(path)
     expected = list(module.state_dict())
     missing = [k for k in expected if k not in checkpoint]
@@ -157,14 +147,6 @@ def load_state_dict(module: Any, path: Path) -> None:
         module.load_state_dict({k: checkpoint[k] for k in expected}, strict=True)
     except RuntimeError as exc:  # shapes differ
         raise ReprokitError(f"cannot load the state dict: {exc}", path) from None
-
-
-def _open_checkpoint() -> Callable[[Path], Any]:
-    try:  # the package is being reorganised: the new home first
-        from reprokit.comparison.checkpoints import open_checkpoint
-    except ImportError:
-        from reprokit.checkpoints import open_checkpoint  # type: ignore[no-redef]
-    return open_checkpoint
 
 
 def _inputs_record(
@@ -228,54 +210,47 @@ def check_program(path: Path | str) -> None:
     """Refuse a ``.pt2`` that ``torch.export.load`` would run code from (module docstring)."""
     path = Path(path)
     try:
-        archive = zipfile.ZipFile(path)
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            for name in names:
+                _check_member(path, name, names.count(name), archive.read(name))
     except (OSError, zipfile.BadZipFile) as exc:
-        raise ReprokitError(
-            f"not an exported program (.pt2): {exc}", path, hint=_PT2_HINT
-        ) from None
-    with archive:
-        names = archive.namelist()
-        for name in names:
-            inner = name.partition("/")[2]
-            if names.count(name) > 1 or not _MEMBERS.fullmatch(inner):
-                raise ReprokitError(
-                    f"the archive holds {name!r}, which is no part of a plain exported program "
-                    "(pickles, compiled code and old layouts would run when loaded)",
-                    path,
-                    hint=_PT2_HINT,
-                )
-            _check_member(path, inner, archive.read(name))
-        if not any(n.endswith("/archive_version") for n in names):
-            raise ReprokitError("not an exported program: no archive_version", path, hint=_PT2_HINT)
+        error = ReprokitError(f"not an exported program (.pt2): {exc}", path, hint=_PT2_HINT)
+        raise error from None
+    if not any(n.endswith("/archive_version") for n in names):
+        raise ReprokitError("not an exported program: no archive_version", path, hint=_PT2_HINT)
 
 
-def _check_member(path: Path, inner: str, data: bytes) -> None:
-    if inner.startswith("data/sample_inputs/") and data:
-        raise ReprokitError(
-            "the program carries pickled example inputs, which torch.export.load unpickles "
-            "with weights_only=False",
-            path,
-            hint="Capture with `reprokit capture`, or set ep.example_inputs = None before "
-            "torch.export.save.",
-        )
-    if inner.endswith(".json"):
+def _check_member(path: Path, name: str, count: int, data: bytes) -> None:
+    inner = name.partition("/")[2]  # below the archive's top folder
+    if count > 1 or not _MEMBERS.fullmatch(inner):
+        why = f"{name!r}, no part of a plain exported program (pickles, compiled code, old layouts)"
+    elif inner.startswith("data/sample_inputs/") and data:
+        why = "pickled example inputs, which torch.export.load unpickles with weights_only=False"
+    elif inner.endswith(".json"):
         try:
             json.loads(data, object_pairs_hook=lambda pairs: _plain(path, inner, pairs))
         except ValueError as exc:
             raise ReprokitError(f"{inner} is not JSON: {exc}", path, hint=_PT2_HINT) from None
+        return
+    else:
+        return
+    raise ReprokitError(f"the archive holds {why}", path, hint=_PT2_HINT)
+
+
+_RUNS = {
+    "expr_str": "symbolic shapes (sympy.sympify evaluates them as Python)",
+    "use_pickle": "pickled tensors (loaded with weights_only=False)",
+    "guards_code": "guards (Python source that ep.module() executes)",
+}
 
 
 def _plain(path: Path, inner: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object of the archive, refused if it holds what would run when loaded."""
     for key, value in pairs:
         if key == "expr_str" or (key in ("use_pickle", "guards_code") and value):
-            what = {
-                "expr_str": "symbolic shapes (sympy.sympify evaluates them as Python)",
-                "use_pickle": "pickled tensors (loaded with weights_only=False)",
-                "guards_code": "guards (Python source that ep.module() executes)",
-            }[key]
             raise ReprokitError(
-                f"{inner} holds {what}",
+                f"{inner} holds {_RUNS[key]}",
                 path,
                 hint="reprokit runs programs with static shapes and unpickled weights: "
                 "capture without dynamic_shapes or data-dependent sizes (.item(), nonzero).",
@@ -313,30 +288,21 @@ def _staged(final: Path) -> Iterator[Path]:
 def _case_text(module: Any, name: str, random_inputs: bool) -> str:
     import torch
 
-    kind = type(module).__name__
-    mode = "training" if module.training else "eval"
+    kind, mode = type(module).__name__, "training" if module.training else "eval"
     inputs = f"random inputs (seed {SEED})" if random_inputs else "the example inputs"
+    description = (
+        f"{kind} ({mode} mode) captured with torch.export, run with {inputs} on CPU, XLA and "
+        "in float64; each XLA result judged by its error against float64 relative to CPU's."
+    )
     return (
-        f"# Made by `reprokit capture`: {kind} in {mode} mode, exported with torch "
-        f"{torch.__version__}.\n"
+        f"# Made by `reprokit capture`: {kind} in {mode} mode, torch {torch.__version__}.\n"
         "[case]\n"
         f"title = {json.dumps(f'Captured {kind}: every operation on CPU, XLA vs float64')}\n"
         f'template = "{TEMPLATE}"\n'
-        f"description = {json.dumps(_description(kind, mode, inputs))}\n\n"
-        "[params]\n"
-        f'program = "{name}.pt2"  # relative to this file\n\n'
-        "[compare]\n"
-        "method = \"fp64\"  # XLA's error against float64, relative to CPU's\n\n"
-        "[expect]\n"
-        'outcome = "match"\n'
-    )
-
-
-def _description(kind: str, mode: str, inputs: str) -> str:
-    return (
-        f"{kind} ({mode} mode) captured with torch.export and run with {inputs} on CPU, "
-        "XLA and in float64; every intermediate of XLA is judged by its error against "
-        "float64 relative to CPU's."
+        f"description = {json.dumps(description)}\n\n"
+        f'[params]\nprogram = "{name}.pt2"  # relative to this file\n\n'
+        "[compare]\nmethod = \"fp64\"  # XLA's error against float64, relative to CPU's\n\n"
+        '[expect]\noutcome = "match"\n'
     )
 
 
@@ -389,8 +355,9 @@ def _guarded(path: Path, what: str) -> Iterator[None]:
     except SyntaxError as exc:
         raise ReprokitError(f"not valid Python: {exc.msg}", path, exc.lineno) from None
     except Exception as exc:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
-        line = frames[-1].lineno if frames else None
+        trace = traceback.extract_tb(exc.__traceback__)
+        lines = [f.lineno for f in trace if Path(f.filename).resolve() == path.resolve()]
+        line = lines[-1] if lines else None
         raise ReprokitError(f"{what}: {type(exc).__name__}: {exc}", path, line) from None
 
 
@@ -415,6 +382,7 @@ def _checked(result: Any, path: Path, function: str) -> tuple[Any, tuple[Any, ..
 
 def command(
     spec: str,
+    *,
     name: str | None = None,
     out_dir: Path | str = ".",
     state_dict: Path | str | None = None,
@@ -423,12 +391,5 @@ def command(
     """``reprokit capture FILE.py:FUNCTION``: the case file written (name: FUNCTION's)."""
     module, args, kwargs = load_factory(spec)
     name = name or spec.rpartition(":")[2]
-    return capture(
-        module,
-        args,
-        kwargs,
-        name=name,
-        out_dir=out_dir,
-        state_dict=state_dict,
-        random_inputs=random_inputs,
-    )
+    options = {"out_dir": out_dir, "state_dict": state_dict, "random_inputs": random_inputs}
+    return capture(module, args, kwargs, name=name, **options)

@@ -147,7 +147,7 @@ def test_an_interrupt_during_a_verdict_keeps_the_variant(tmp_path, monkeypatch):
     case.write_text('[case]\ntitle = "t"\ntemplate = "faults"\n[matrix]\ni = [0, 1]\n')
     variants = load_variants([str(case)], templates=[FAULT_TEMPLATES])
     abandoned = threading.Event()
-    original_abandon, original_verdict = run_module._Scheduler._abandon, run_module._verdict
+    original_abandon, original_verdict = run_module._Scheduler._abandon, run_module._State.verdict
 
     def abandon(self):
         abandoned.set()
@@ -161,7 +161,7 @@ def test_an_interrupt_during_a_verdict_keeps_the_variant(tmp_path, monkeypatch):
         return result
 
     monkeypatch.setattr(run_module._Scheduler, "_abandon", abandon)
-    monkeypatch.setattr(run_module, "_verdict", verdict)
+    monkeypatch.setattr(run_module._State, "verdict", verdict)
     options = Options(jobs=1, templates=(FAULT_TEMPLATES,))
     with pytest.raises(Interrupted) as stopped:
         run(variants, run_dir=tmp_path / "run", options=options)

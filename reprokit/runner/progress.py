@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 
     from reprokit.records import RunSummary, StageResult, VariantResult
 
-_MARK = {True: "[green]PASS[/]", False: "[bold red]FAIL[/]", None: "[yellow]SKIP[/]"}
+_MARK = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]SKIP[/]"}
 
 
 def variant_line(result: VariantResult) -> str:
     """``PASS  case[a]  match (expected match)  12.3 s``, and why, when it did not match."""
     why = f"  {escape(result.reason)}" if result.reason else ""
     return (
-        f"{_MARK[result.passed]}  {escape(result.label)}  {result.outcome.value} "
+        f"{_MARK[result.mark]}  {escape(result.label)}  {result.outcome.value} "
         f"(expected {result.expected.value})  {result.seconds:.1f} s{why}"
     )
 

@@ -243,14 +243,19 @@ class _Scheduler:
                 self.inflight.pop(future)(future)
 
     def _abandon(self) -> None:
-        """Stop every child (the threads driving them kill their groups) and wait for them."""
+        """Stop every child (the threads driving them kill their groups), wait for them, and
+        keep what finished: a verdict that came meanwhile, and the verdict of every variant
+        whose stages had all ended by themselves before the stop."""
         self.stop.set()
         with _sigint_ignored():
             cf.wait(self.inflight)
             for future, then in list(self.inflight.items()):
-                if future.exception() is None:  # a verdict that finished meanwhile is kept
+                if future.exception() is None:
                     then(future)
             self.inflight.clear()
+            for state in [s for s in self.active if s.ended]:
+                if all(r.status is not Status.INTERRUPTED for r in state.results.values()):
+                    self._judged(state, state.verdict())
 
     def _submit(self, call: Callable[[], Any], then: Callable[[cf.Future[Any]], None]) -> bool:
         self.inflight[self.pool.submit(call)] = then

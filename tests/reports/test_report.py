@@ -107,7 +107,9 @@ def test_markdown_renders_with_github_cmark_gfm(small_run):
     write_reports(small_run, formats="md")
     text = (small_run / "report.md").read_text()
     assert text.startswith("**reprokit**: 1 of 2 variants behaved as expected; 1 did not")
-    expected = "First divergence in `eval_spmd`: act.0 through act.2 agree; act.3 is the first to differ"
+    expected = (
+        "First divergence in `eval_spmd`: act.0 through act.2 agree; act.3 is the first to differ"
+    )
     assert f"{expected} (32 / 32 mismatched, max abs 0.04)." in text
     html = cmarkgfm.github_flavored_markdown_to_html(
         text, options=cmarkgfm.Options.CMARK_OPT_UNSAFE
