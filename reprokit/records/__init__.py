@@ -1,0 +1,53 @@
+"""Every record that crosses a module boundary or the disk, torch-free.
+
+Frozen dataclasses that round-trip through JSON (``to_json`` / ``from_json``), so that the
+CLI, the pytest plugin, the reports and the tests read the same things, and so that reading a
+summary never imports torch. Each idea is decided here, once: whether a stage failed, which
+tensor is the first to diverge, how a comparison reads as a table row.
+"""
+
+from reprokit.records._json import write_json
+from reprokit.records.comparison import (
+    Comparison,
+    DiffSummary,
+    Worst,
+    divergence_summary,
+    first_divergence,
+)
+from reprokit.records.environment import Environment
+from reprokit.records.run import (
+    MARKS,
+    SUMMARY,
+    Change,
+    MinimizeResult,
+    Outcome,
+    RunSummary,
+    Stage,
+    StageResult,
+    Status,
+    VariantResult,
+    read_summary,
+    write_summary,
+)
+
+__all__ = [
+    "MARKS",
+    "SUMMARY",
+    "Change",
+    "Comparison",
+    "DiffSummary",
+    "Environment",
+    "MinimizeResult",
+    "Outcome",
+    "RunSummary",
+    "Stage",
+    "StageResult",
+    "Status",
+    "VariantResult",
+    "Worst",
+    "divergence_summary",
+    "first_divergence",
+    "read_summary",
+    "write_json",
+    "write_summary",
+]

@@ -1,0 +1,49 @@
+"""JSON for the records: every field read back by name, inf and NaN kept, files replaced
+atomically (a reader, or an interrupted run, never sees half a file)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+
+def from_json(cls: type, data: Mapping[str, Any], **convert: Any) -> Any:
+    """``cls(**data)`` for the fields ``cls`` has (newer files may hold more), converted."""
+    known = {f.name for f in fields(cls)}
+    values = {k: v for k, v in data.items() if k in known}
+    for key, function in convert.items():
+        if key in values and values[key] is not None:
+            values[key] = function(values[key])
+    return cls(**values)
+
+
+def finite(value: Any) -> Any:
+    """JSON has no inf or NaN: write them as strings so that summary.json stays valid."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def number(value: Any) -> Any:
+    """Back from :func:`_finite`: "inf" and "nan" as floats."""
+    return float(value) if isinstance(value, str) else value
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """Write ``data`` as JSON atomically: a temporary file beside it, then os.replace."""
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,54 @@
+"""The environment a maintainer asks for first, as reprokit.env captures it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from reprokit.records._json import from_json
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a maintainer asks for first (reprokit.env captures it), secrets redacted."""
+
+    python: str = "?"
+    platform: str = "?"
+    cpu_count: int | None = None
+    versions: dict[str, str | None] = field(default_factory=dict)
+    torch_xla_matches_torch: bool | None = None
+    variables: dict[str, str] = field(default_factory=dict)
+    xla: dict[str, Any] | None = None  # device kind and count, or why they are unknown
+    pytorch: dict[str, str] = field(default_factory=dict)  # torch.utils.collect_env
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Environment:
+        return from_json(cls, data)
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The few lines a maintainer reads first, for report tables."""
+        rows = [("Python", self.python), ("Platform", self.platform)]
+        rows += [(name, str(v)) for name, v in self.versions.items() if v]
+        match = self.torch_xla_matches_torch
+        if match is not None:
+            rows.append(("torch / torch_xla match", "yes" if match else "NO"))
+        xla = self.xla or {}
+        if "device_kind" in xla:
+            rows.append(("XLA devices", f"{xla['device_count']} x {xla['device_kind']}"))
+            rows.append(("matmul precision", str(xla.get("matmul_precision"))))
+        elif "error" in xla:
+            rows.append(("XLA devices", xla["error"]))
+        rows += list(self.variables.items())
+        for key in ("os", "cpu_info", "nvidia_gpu_models", "is_cuda_available"):
+            if key in self.pytorch:
+                lines = self.pytorch[key].splitlines() or [""]
+                rows.append((key, lines[0] if key != "cpu_info" else _cpu_model(lines)))
+        return rows
+
+
+def _cpu_model(lines: list[str]) -> str:
+    return next((ln.split(":", 1)[1].strip() for ln in lines if "Model name" in ln), "?")

@@ -1,0 +1,257 @@
+"""What a run produces: outcomes, stages and their results, each variant's verdict, the
+minimizer's result, and summary.json."""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from reprokit.records._json import from_json, write_json
+from reprokit.records.comparison import Comparison, divergence_summary
+from reprokit.records.environment import Environment
+
+SUMMARY = "summary.json"
+
+
+class Outcome(enum.StrEnum):
+    """How a variant ended (DESIGN.md "Outcomes")."""
+
+    MATCH = "match"
+    MISMATCH = "mismatch"
+    ERROR = "error"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+
+
+class Status(enum.StrEnum):
+    """How one stage (one child process) ended."""
+
+    OK = "ok"
+    ERROR = "error"  # exited non-zero
+    CRASH = "crash"  # died by a signal (os.abort gives SIGABRT)
+    TIMEOUT = "timeout"  # outlived its timeout; its group was killed
+    SKIPPED = "skipped"  # never started: a stage it needs failed, or no backend here
+    INTERRUPTED = "interrupted"  # stopped because the run was interrupted
+
+    @property
+    def failed(self) -> bool:
+        """The one definition of a failed stage: it ran and did not end well by itself."""
+        return self in (Status.ERROR, Status.CRASH, Status.TIMEOUT)
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The variant outcome a failed stage gives."""
+        return Outcome(self.value) if self.failed else None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One node of a script's stage DAG, as ``--list-stages`` prints it."""
+
+    name: str
+    backend: str
+    needs: tuple[str, ...] = ()
+    reference: str | None = None
+    devices: int | None = None  # XLA devices the stage needs (virtual ones on CPU)
+    arbiter: str | None = None  # a float64 stage judging target against reference
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "needs": list(self.needs)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Stage:
+        return from_json(cls, data, needs=tuple)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """How one stage of one variant ended."""
+
+    name: str
+    backend: str
+    status: Status
+    returncode: int | None = None
+    signal: str | None = None  # e.g. SIGABRT, when the stage died by a signal
+    seconds: float = 0.0
+    reason: str | None = None  # why it was skipped, or what else went wrong
+    metrics: dict[str, Any] = field(default_factory=dict)  # from its result.json
+
+    @property
+    def failed(self) -> bool:
+        return self.status.failed
+
+    def ended(self) -> str:
+        """How the stage ended, in words: 'exited with code 3', 'died by SIGABRT'..."""
+        if self.status is Status.SKIPPED:
+            return f"was skipped ({self.reason})"
+        if self.status is Status.TIMEOUT:
+            return f"timed out ({self.reason})" if self.reason else "timed out"
+        if self.signal:
+            return f"died by {self.signal}"
+        return f"exited with code {self.returncode}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "status": self.status.value}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StageResult:
+        return from_json(cls, data, status=Status)
+
+
+MARKS = {True: "pass", False: "fail", None: "skip"}  # VariantResult.passed, in a word
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One variant's verdict, its stages, and its comparisons."""
+
+    case: str
+    label: str  # the folder name under RUN_DIR: ``case`` or ``case[a-b]``
+    variant: dict[str, Any]  # its params
+    outcome: Outcome
+    expected: Outcome
+    seconds: float
+    stages: tuple[StageResult, ...] = ()
+    comparisons: tuple[Comparison, ...] = ()
+    first_divergence: dict[str, str | None] = field(default_factory=dict)
+    reason: str | None = None  # why it was skipped or failed, in a line
+    title: str = ""  # the case's title and description, for the report
+    description: str = ""
+
+    @property
+    def passed(self) -> bool | None:
+        """Outcome as expected; None when skipped (neither passed nor failed)."""
+        return None if self.outcome is Outcome.SKIPPED else self.outcome == self.expected
+
+    @property
+    def mark(self) -> str:
+        return MARKS[self.passed]
+
+    @property
+    def failed_stage(self) -> StageResult | None:
+        """The first stage (in DAG order) that failed."""
+        return next((s for s in self.stages if s.failed), None)
+
+    def divergence(self, target: str) -> str:
+        """Where ``target`` first leaves its reference, in words."""
+        return divergence_summary(c for c in self.comparisons if c.target == target)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(
+            outcome=self.outcome.value,
+            expected=self.expected.value,
+            passed=self.passed,
+            stages=[s.to_json() for s in self.stages],
+            comparisons=[c.to_json() for c in self.comparisons],
+        )
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VariantResult:
+        return from_json(
+            cls,
+            data,
+            outcome=Outcome,
+            expected=Outcome,
+            stages=lambda items: tuple(map(StageResult.from_json, items)),
+            comparisons=lambda items: tuple(map(Comparison.from_json, items)),
+        )
+
+
+@dataclass(frozen=True)
+class Change:
+    """One parameter the minimizer moved."""
+
+    param: str
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True)
+class MinimizeResult:
+    """What ``reprokit minimize`` found: the changes that keep the outcome, and the cost."""
+
+    case: str
+    target: str | None  # the outcome it kept, e.g. "mismatch (act.#)"
+    changes: tuple[Change, ...]
+    lines: tuple[int, int]  # script lines before, after
+    candidates: int
+    cache_hits: int
+    seconds: float
+    stopped: str  # done, budget or interrupted
+
+    def describe(self) -> str:
+        before = ", ".join(f"{c.param}={c.before!r}" for c in self.changes)
+        after = ", ".join(f"{c.param}={c.after!r}" for c in self.changes)
+        return (
+            f"Minimized from `{before}` to `{after}` (script {self.lines[0]} -> "
+            f"{self.lines[1]} lines, {self.candidates} candidate runs), still {self.target}."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"changes": [asdict(c) for c in self.changes],
+                               "lines": list(self.lines)}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MinimizeResult:
+        return from_json(cls, data, changes=lambda cs: tuple(Change(**c) for c in cs), lines=tuple)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The whole run: what summary.json holds."""
+
+    started: str
+    finished: str | None = None
+    argv: tuple[str, ...] = ()
+    env: Environment = field(default_factory=Environment)
+    variants: tuple[VariantResult, ...] = ()
+    interrupted: bool = False
+    minimized: MinimizeResult | None = None  # a folder `reprokit minimize` wrote
+
+    def count(self, passed: bool | None) -> int:
+        return sum(v.passed is passed for v in self.variants)
+
+    def to_json(self) -> dict[str, Any]:
+        run = {
+            "started": self.started,
+            "finished": self.finished,
+            "argv": list(self.argv),
+            "env": self.env.to_json(),
+            "interrupted": self.interrupted,
+        }
+        if self.minimized is not None:
+            run["minimized"] = self.minimized.to_json()
+        return {"run": run, "variants": [v.to_json() for v in self.variants]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunSummary:
+        run = data["run"]
+        return cls(
+            started=run["started"],
+            finished=run["finished"],
+            argv=tuple(run["argv"]),
+            env=Environment.from_json(run["env"]),
+            variants=tuple(map(VariantResult.from_json, data["variants"])),
+            interrupted=run.get("interrupted", False),
+            minimized=run.get("minimized") and MinimizeResult.from_json(run["minimized"]),
+        )
+
+    def with_variants(self, variants: Iterable[VariantResult], **changes: Any) -> RunSummary:
+        return replace(self, variants=tuple(variants), **changes)
+
+
+def write_summary(summary: RunSummary, run_dir: Path) -> Path:
+    """Write RUN_DIR/summary.json atomically."""
+    return write_json(Path(run_dir) / SUMMARY, summary.to_json())
+
+
+def read_summary(run_dir: Path) -> RunSummary:
+    """RUN_DIR/summary.json as a :class:`RunSummary`."""
+    return RunSummary.from_json(json.loads((Path(run_dir) / SUMMARY).read_text("utf-8")))
