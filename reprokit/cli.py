@@ -79,39 +79,10 @@ def list_(
     found = list_templates(templates)
     if as_json:
         data = {
-            "cases": [
-                {
-                    "name": case.name,
-                    "path": str(case.path),
-                    "title": case.title,
-                    "template": case.template.name,
-                    "variants": [v.label for v in variants(case)],
-                    "expect": case.expect.value,
-                    "tags": list(case.tags),
-                }
-                for case in loaded
-            ],
-            "templates": [
-                {
-                    "name": t.name,
-                    "path": str(t.path),
-                    "title": t.title,
-                    "params": [
-                        {
-                            "name": p.name,
-                            "type": p.type,
-                            "default": None if p.required else p.default,
-                            "required": p.required,
-                            "min": p.min,
-                            "choices": p.choices,
-                            "help": p.help,
-                        }
-                        for p in t.params.values()
-                    ],
-                }
-                for t in found
-            ],
-        }
+            "cases": [case.to_json() | {"variants": [v.label for v in variants(case)]}
+                      for case in loaded],
+            "templates": [template.to_json() for template in found],
+        }  # fmt: skip
         out.print_json(json.dumps(data))
         return
     table = Table("case", "template", "variants", "expect", "title", title="Cases")

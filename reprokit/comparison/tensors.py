@@ -47,11 +47,7 @@ def compare_tensor(
     common = {"tensor": name, "reference": reference, "target": target}
     dtype = str(actual.dtype).removeprefix("torch.")
     if actual.shape != expected.shape:
-        note = f"shape {list(actual.shape)} vs {list(expected.shape)} in {reference}"
-        total = max(actual.numel(), expected.numel())
-        return Comparison(**common, shape=tuple(actual.shape), dtype=dtype, max_abs=math.inf,
-                          max_rel=math.inf, mismatched=actual.numel(), total=total,
-                          allclose=False, note=note)  # fmt: skip
+        return _other_shape(common, dtype, expected, actual)
     case_atol = atol
     rtol, atol = _tolerances(actual, expected, rtol, atol)
     same_dtype = actual.dtype == expected.dtype
@@ -81,6 +77,23 @@ def compare_tensor(
         note=dtype_note,
         method="allclose" if arbiter is None else "fp64",
         errors=errors,
+    )
+
+
+def _other_shape(
+    common: dict[str, str], dtype: str, expected: torch.Tensor, actual: torch.Tensor
+) -> Comparison:
+    """Tensors of two shapes: nothing to compare element-wise, every element mismatched."""
+    return Comparison(
+        **common,
+        shape=tuple(actual.shape),
+        dtype=dtype,
+        max_abs=math.inf,
+        max_rel=math.inf,
+        mismatched=actual.numel(),
+        total=max(actual.numel(), expected.numel()),
+        allclose=False,
+        note=f"shape {list(actual.shape)} vs {list(expected.shape)} in {common['reference']}",
     )
 
 

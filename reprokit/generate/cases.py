@@ -48,6 +48,17 @@ class Case:
     compare: dict[str, Any] = field(default_factory=dict)
     expect: Outcome = Outcome.MATCH
 
+    def to_json(self) -> dict[str, Any]:
+        """As ``reprokit list --json`` shows it (its variants added there)."""
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "title": self.title,
+            "template": self.template.name,
+            "expect": self.expect.value,
+            "tags": list(self.tags),
+        }
+
 
 @dataclass(frozen=True)
 class Variant:

@@ -77,6 +77,18 @@ class Param:
             return f"must be at least {self.min}, not {value!r}"
         return None
 
+    def to_json(self) -> dict[str, Any]:
+        """As ``reprokit list --json`` shows it."""
+        return {
+            "name": self.name,
+            "type": self.type,
+            "default": None if self.required else self.default,
+            "required": self.required,
+            "min": self.min,
+            "choices": self.choices,
+            "help": self.help,
+        }
+
     def describe(self) -> str:
         default = "required" if self.required else f"default {self.default!r}"
         extra = f", one of {list(self.choices)}" if self.choices else ""
@@ -92,6 +104,11 @@ class Template:
     path: Path
     title: str
     params: dict[str, Param] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """As ``reprokit list --json`` shows it."""
+        params = [p.to_json() for p in self.params.values()]
+        return {"name": self.name, "path": str(self.path), "title": self.title, "params": params}
 
     def defaults(self) -> dict[str, Any]:
         return {p.name: p.default for p in self.params.values() if not p.required}
