@@ -80,6 +80,7 @@ class StageResult:
     seconds: float = 0.0
     reason: str | None = None  # why it was skipped, or what else went wrong
     metrics: dict[str, Any] = field(default_factory=dict)  # from its result.json
+    described: dict[str, dict[str, Any]] = field(default_factory=dict)  # its tensors: op, source
 
     @property
     def failed(self) -> bool:

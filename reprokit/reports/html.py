@@ -41,6 +41,7 @@ def html(summary: RunSummary, run_dir: Path) -> str:
     for variant in failing[:MAX_FIGURES]:
         body += _variant(variant)
     body += _figures("Loss curves per backend", _loss_figures(summary.variants))
+    body += _figures("Error against float64, operation by operation", _error_figures(summary.variants))
     body += _figures("Size of each tensor's difference", _diff_figures(summary.variants))
     body += _figures("Stage timings", [_timing_figure(summary.variants)])
     rows = "".join(
@@ -147,6 +148,30 @@ def _diff_figures(variants) -> list:
         axes.invert_yaxis()  # in the order the stage saved them, first at the top
         axes.set(title=f"{variant.label}: max abs difference", xlabel="max |target - reference|")
         figures.append(figure)
+    return figures
+
+
+def _error_figures(variants) -> list:
+    """For the fp64 method: each stage's RMSE against float64 along the program, the
+    reference's and the target's, on a log scale; where the target's starts to grow shows."""
+    figures = []
+    for variant in variants[:MAX_FIGURES]:
+        for target in {c.target for c in variant.comparisons if c.errors is not None}:
+            judged = [c for c in variant.comparisons if c.target == target and c.errors]
+            figure, axes = plt.subplots(figsize=(7, 3))
+            steps = range(len(judged))
+            for side, label in ((0, judged[0].reference), (1, target)):
+                errors = [max(c.errors[side], 1e-30) for c in judged]  # 0 drawn at 1e-30
+                axes.plot(steps, errors, marker=".", label=label)
+            if first := variant.first_divergence.get(target):
+                index = next((i for i, c in enumerate(judged) if c.tensor == first), None)
+                if index is not None:
+                    axes.axvline(index, color="#b00020", linestyle="--", label=f"first: {first}")
+            axes.set_yscale("log")
+            axes.set(title=f"{variant.label}: {target}", xlabel="operation (execution order)",
+                     ylabel="RMSE against float64")  # fmt: skip
+            axes.legend(fontsize="small")
+            figures.append(figure)
     return figures
 
 

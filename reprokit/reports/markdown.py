@@ -139,13 +139,37 @@ def _variant_section(variant: VariantResult, run_dir: Path, rows: int, inline: b
 
 
 def divergence_lines(variant: VariantResult) -> list[str]:
-    """Where each target stage first leaves its reference, and which tensors agree before."""
-    lines = [
-        f"First divergence in `{target}`: {variant.divergence(target)}."
-        for target, tensor in variant.first_divergence.items()
-        if tensor is not None
-    ]
+    """Where each target stage first leaves its reference, which tensors agree before, and
+    what the first differing one is where the stage described it (an operation of a captured
+    program: its op, shape, module and the user's source line)."""
+    lines = []
+    stages = {stage.name: stage for stage in variant.stages}
+    for target, tensor in variant.first_divergence.items():
+        if tensor is None:
+            continue
+        line = f"First divergence in `{target}`: {variant.divergence(target)}."
+        info = stages[target].described.get(tensor) if target in stages else None
+        lines.append(line + (f" {described(tensor, info)}" if info else ""))
+    methods = {c.method for c in variant.comparisons}
+    if lines and "fp64" in methods:
+        lines.append(
+            'Judged against float64 (`[compare] method = "fp64"`): a tensor differs when its '
+            "error against the float64 run is well beyond the reference stage's."
+        )
     return [*lines, ""] if lines else []
+
+
+def described(tensor: str, info: dict) -> str:
+    """``node.0012.layer_norm`` is `aten.layer_norm.default` (2x16) in `encoder.layers.3`,
+    from `model.py:42`: `x = self.norm(x)`."""
+    parts = [f"`{tensor}` is `{info.get('op', '?')}`"]
+    if info.get("shape") is not None:
+        parts.append(f"({'x'.join(map(str, info['shape'])) or 'scalar'})")
+    if info.get("module"):
+        parts.append(f"in `{info['module']}`")
+    if info.get("source"):
+        parts.append(f"from `{_cell(info['source'])}`")
+    return " ".join(parts) + "."
 
 
 def _diff_row(c: Comparison) -> str:

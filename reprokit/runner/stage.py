@@ -65,7 +65,7 @@ class LocalExecutor:
         env = backends.stage_env(stage.backend, self.options.xla_device, devices=stage.devices)
         result = self._spawn(folder, stage.name, stage.backend, args, env, stop)
         if result.status is Status.OK:
-            result = replace(result, metrics=_metrics(folder / "stages" / stage.name))
+            result = replace(result, **_result_fields(folder / "stages" / stage.name))
         return result
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
@@ -131,13 +131,16 @@ def log_path(folder: Path, stage: str, stream: str = "stderr") -> Path:
     return folder / "stages" / stage / f"{stream}.log"
 
 
-def _metrics(stage_dir: Path) -> dict[str, Any]:
-    """The metrics a stage wrote into its result.json, kept in the stage's record."""
+def _result_fields(stage_dir: Path) -> dict[str, Any]:
+    """What a stage wrote into its result.json that its record keeps: the metrics, and the
+    descriptions of its tensors (``"tensors": {name: {"op": ..., "source": ...}}``)."""
     try:
-        metrics = json.loads((stage_dir / "result.json").read_text("utf-8")).get("metrics", {})
-    except (OSError, ValueError, AttributeError):
+        data = json.loads((stage_dir / "result.json").read_text("utf-8"))
+    except (OSError, ValueError):
         return {}
-    return metrics if isinstance(metrics, dict) else {}
+    data = data if isinstance(data, dict) else {}
+    found = {"metrics": data.get("metrics"), "described": data.get("tensors")}
+    return {k: v for k, v in found.items() if isinstance(v, dict)}
 
 
 def with_devices(stages: list[Stage], params: dict[str, Any], template: Path) -> list[Stage]:
