@@ -8,6 +8,7 @@ The pipeline in five calls (the CLI and the pytest plugin call the same ones)::
     summary = reprokit.run(variants, run_dir="runs/seed", options=reprokit.Options(jobs=2))
     reprokit.report("runs/seed")                     # report.md, .html, .json, bundle.zip
     diffs = reprokit.compare("a.pt", "b.safetensors", atol=1e-5)
+    case = reprokit.capture(model, (batch,), name="mine")   # your own model, as a case
 
 Importing reprokit does not import torch: only ``compare`` (and running a verdict) does.
 """
@@ -15,6 +16,7 @@ Importing reprokit does not import torch: only ``compare`` (and running a verdic
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Variant
@@ -34,12 +36,24 @@ __all__ = [
     "RunSummary",
     "Variant",
     "VariantResult",
+    "capture",
     "compare",
     "load_cases",
     "render",
     "report",
     "run",
 ]
+
+
+def capture(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None, *,
+            name: str, out_dir: Path | str = ".", state_dict: Path | str | None = None,
+            random_inputs: bool = False) -> Path:  # fmt: skip
+    """Your own model: ``torch.export`` it into ``OUT_DIR/NAME.pt2`` and write the case that
+    runs it, ``OUT_DIR/NAME.toml``; returns the case's path (reprokit.capturing)."""
+    from reprokit.capturing import capture as capture_program  # torch: only here
+
+    return capture_program(module, args, kwargs, name=name, out_dir=out_dir,
+                           state_dict=state_dict, random_inputs=random_inputs)  # fmt: skip
 
 
 def compare(

@@ -39,12 +39,13 @@ import shutil
 import sys
 import tempfile
 import traceback
+import warnings
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reprokit.errors import ReprokitError
+from reprokit.errors import ReprokitError, ReprokitWarning
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -189,6 +190,7 @@ def _warn_if_random(program: Any) -> None:
         warnings.warn(
             f"the program draws random numbers ({', '.join(drawn)}): each backend draws its "
             "own, so they will differ; call model.eval() or set dropout to 0 before capturing",
+            ReprokitWarning,
             stacklevel=3,
         )
 
@@ -263,7 +265,9 @@ def _loads_back(path: Path) -> None:
     import torch
 
     try:
-        torch.export.load(path).module(check_guards=False)
+        with warnings.catch_warnings():  # torch's own note on its read-only buffers: noise here
+            warnings.filterwarnings("ignore", "The given buffer is not writable")
+            torch.export.load(path).module(check_guards=False)
     except Exception as exc:  # what deserialising a program raises is not documented
         raise ReprokitError(
             f"the exported program does not load back: {type(exc).__name__}: {exc}",

@@ -6,6 +6,7 @@ import functools
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import reprokit
-from reprokit.errors import ReprokitError
+from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.cases import find_cases, load_case, parse_sets, variants
 from reprokit.generate.templates import list_templates
 from reprokit.minimize import minimize
@@ -65,6 +66,18 @@ _options = {"debug": False}  # set once per invocation by the root callback
 @app.callback()
 def _root(debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False) -> None:
     _options["debug"] = debug
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning of ours as one line that says what to change; others as Python shows them."""
+    if issubclass(category, ReprokitWarning):
+        err.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
 
 
 @app.command("list")
@@ -293,6 +306,32 @@ def minimize_(
         highlight=False,
     )
     raise typer.Exit(130 if found.stopped == "interrupted" else 0)
+
+
+@app.command("capture")
+@reports_errors
+def capture_(
+    spec: Annotated[
+        str, typer.Argument(metavar="FILE.py:FUNCTION", help="returns (module, args[, kwargs])")
+    ],
+    name: Annotated[str | None, typer.Option("--name", help="the case's name [FUNCTION]")] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="write here")] = Path("."),
+    state_dict: Annotated[
+        Path | None, typer.Option("--state-dict", help="load these weights first (any format)")
+    ] = None,
+    random_inputs: Annotated[
+        bool, typer.Option("--random-inputs", help="keep only shapes, dtypes and a seed")
+    ] = False,
+) -> None:
+    """Your own model: export it with torch.export into NAME.pt2 and a case, NAME.toml, that
+    runs every operation on CPU and XLA and judges XLA against float64."""
+    from reprokit.capturing import command  # torch: only for this command
+
+    case = command(
+        spec, name=name, out_dir=output, state_dict=state_dict, random_inputs=random_inputs
+    )
+    out.print(f"wrote {case} and {case.with_suffix('.pt2')}", highlight=False)
+    out.print(f"next: reprokit run {case} && reprokit report RUN_DIR", highlight=False)
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from reprokit.capturing import check_program, command, load_factory
-from reprokit.errors import ReprokitError
+from reprokit.capturing import check_program, command, export, load_factory
+from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.cases import load_case, variants
 from reprokit.generate.render import render
 
@@ -97,22 +97,24 @@ def test_perturbed_node_is_the_first_to_differ(captured, tmp_path):
     plain = import_script(render_case(captured["transformer"], tmp_path / "plain"))
     _, _, names = plain.prepare(torch.device("cpu"), None)
     middle = [n for n in names if n.endswith(".layer_norm")][1]  # after the first layer
-    nodes = {n["name"]: n for n in plain.EXTRA_RESULT["nodes"]}
+    nodes = plain.DESCRIBED
     assert nodes[middle]["module"] == "layers.0.norm2" and nodes[middle]["shape"] == [2, 6, 16]
     assert nodes[middle]["op"] == "aten.layer_norm.default"
     script = render_case(captured["transformer"], tmp_path / "run", perturb_node=middle)
     done = run_script(script)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert first_differing(done.stdout) == middle
+    assert f"xla: the first to differ is {middle}" in done.stdout
 
 
 def test_nodes_are_described_with_their_module_and_the_users_line(captured, tmp_path):
     script = import_script(render_case(captured["cnn"], tmp_path / "run"))
     _, _, names = script.prepare(torch.device("cpu"), torch.float64)
     assert names[-1] == "output.0" and all(n.startswith("node.") for n in names[:-1])
-    nodes = script.EXTRA_RESULT["nodes"]
-    assert [n["name"] for n in nodes] == names[:-1]
-    conv, mean = nodes[0], next(n for n in nodes if n["name"].endswith(".mean"))
+    nodes = script.DESCRIBED
+    assert list(nodes) == names[:-1]
+    conv = nodes[names[0]]
+    mean = next(info for name, info in nodes.items() if name.endswith(".mean"))
     assert conv["module"] == "features.0" and conv["op"] == "aten.conv2d.default"
     assert conv["shape"] == [4, 8, 16, 16]  # the user's line, not torch's conv.py below it
     assert re.search(r"/models\.py:\d+: x = self\.features\(x\)$", conv["source"])
@@ -205,6 +207,17 @@ def test_model_export_cannot_capture_quotes_its_reason(tmp_path):
     assert "torch.export cannot capture Branchy" in text and "data-dependent" in text.lower()
     assert "strict=False" in error.value.hint
     assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_a_program_that_draws_random_numbers_is_warned_about(recwarn):
+    model, args, kwargs = load_factory(f"{MODELS}:transformer")
+    export(model, args, kwargs)  # dropout=0.0: nothing is drawn
+    assert not [w for w in recwarn if w.category is ReprokitWarning]
+    model.layers[1].dropout1.p = 0.1
+    with pytest.warns(ReprokitWarning, match=r"draws random numbers \(aten\.dropout\.default\)"):
+        export(model, args, kwargs)
+    export(model.eval(), args, kwargs)  # eval: dropout draws nothing
+    assert not [w for w in recwarn if w.category is ReprokitWarning]
 
 
 def hostile(source: Path, target: Path, change) -> Path:

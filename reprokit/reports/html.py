@@ -41,7 +41,8 @@ def html(summary: RunSummary, run_dir: Path) -> str:
     for variant in failing[:MAX_FIGURES]:
         body += _variant(variant)
     body += _figures("Loss curves per backend", _loss_figures(summary.variants))
-    body += _figures("Error against float64, operation by operation", _error_figures(summary.variants))
+    errors = _error_figures(summary.variants)
+    body += _figures("Error against float64, operation by operation", errors)
     body += _figures("Size of each tensor's difference", _diff_figures(summary.variants))
     body += _figures("Stage timings", [_timing_figure(summary.variants)])
     rows = "".join(
@@ -160,8 +161,10 @@ def _error_figures(variants) -> list:
             judged = [c for c in variant.comparisons if c.target == target and c.errors]
             figure, axes = plt.subplots(figsize=(7, 3))
             steps = range(len(judged))
+            positive = [e for c in judged for e in c.errors if e > 0] or [1.0]
+            floor = min(positive) / 10  # an exact result drawn just below the smallest error
             for side, label in ((0, judged[0].reference), (1, target)):
-                errors = [max(c.errors[side], 1e-30) for c in judged]  # 0 drawn at 1e-30
+                errors = [max(c.errors[side], floor) for c in judged]
                 axes.plot(steps, errors, marker=".", label=label)
             if first := variant.first_divergence.get(target):
                 index = next((i for i, c in enumerate(judged) if c.tensor == first), None)

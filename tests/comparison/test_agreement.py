@@ -37,6 +37,8 @@ def saved_tensors() -> dict[str, dict[str, torch.Tensor]]:
         "scalar": torch.tensor(1.5),
         "empty": torch.ones(0, 3),
         "only_in_ref": torch.ones(2),
+        "nan_in_ref": torch.tensor([1.0, NAN, 3.0]),
+        "one_by_one": base[:6, :1].reshape(2, 3, 1, 1),
     }
     target = {
         "equal": base.clone(),
@@ -53,10 +55,13 @@ def saved_tensors() -> dict[str, dict[str, torch.Tensor]]:
         "scalar": torch.tensor(2.5),
         "empty": torch.ones(0, 3),
         "only_in_target": torch.ones(2),
+        "nan_in_ref": torch.tensor([1.0, 2.0, 3.0]),
+        "one_by_one": base[:6, :1].reshape(2, 3, 1, 1) + 1e-3,
     }
     # float64 truth: the target's noise is as far from it as the reference is: fp64 forgives
     fp64 = {name: t.double() + 1e-4 * torch.randn(t.shape, dtype=torch.float64)
             for name, t in ref.items() if t.is_floating_point()}  # fmt: skip
+    fp64["nan_in_ref"] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)  # the target is right
     return {"ref": ref, "target": target, "fp64": fp64}
 
 
@@ -93,3 +98,4 @@ def test_script_and_harness_agree(tmp_path, write_case, method):
     assert not harness["dtype"].allclose and not harness["only_in_target"].allclose
     assert harness["noise"].allclose is (method == "fp64")  # fp64 forgives float noise
     assert not harness["far"].allclose  # but not a real difference
+    assert harness["nan_in_ref"].allclose is (method == "fp64")  # dynamo: the target is better

@@ -1,0 +1,96 @@
+"""Capture and run a 6-layer nn.TransformerEncoder (d_model 512): every node saved vs outputs only.
+
+    .venv/bin/python bench/capture.py [--batch 8] [--seq 128] [--layers 6]
+
+Captures the encoder (eval mode) with ``reprokit.capture``, renders the case with
+``nodes = "all"`` and with ``nodes = "outputs"``, and runs each stage of each
+(``python repro.py --stage S``) as its own process on XLA:CPU, one after the other. Each
+stage's wall time and peak resident memory (``os.wait4``: the child's own rusage, its
+``ru_maxrss``) are printed side by side, with the ratio all / outputs: what recording every
+intermediate costs. The capture's own time is printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from reprokit.capturing import capture
+from reprokit.generate.cases import load_case, variants
+from reprokit.generate.render import render
+
+STAGES = ("ref_fp64", "cpu", "xla")
+
+
+def encoder(layers: int, batch: int, seq: int) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+    model = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+    return model, (torch.randn(batch, seq, 512),)
+
+
+def stage(script: Path, name: str) -> tuple[float, float]:
+    """One stage in its own process: its wall seconds and peak resident memory in MiB."""
+    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1")
+    command = [sys.executable, script.name, "--stage", name, "--workdir", "work"]
+    start = time.perf_counter()
+    child = subprocess.Popen(command, cwd=script.parent, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)  # fmt: skip
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status):
+        sys.exit(f"stage {name} failed:\n{child.stderr.read().decode()[-3000:]}")
+    child.stderr.close()
+    return seconds, usage.ru_maxrss / 1024  # Linux: KiB
+
+
+def rendered(case: Path, folder: Path, nodes: str) -> Path:
+    folder.mkdir()
+    (variant,) = variants(load_case(case), {"nodes": nodes})
+    shutil.copy(case.with_suffix(".pt2"), folder)
+    (folder / "repro.py").write_text(render(variant), encoding="utf-8")
+    return folder / "repro.py"
+
+
+def row(label: str, every: tuple[float, float], outputs: tuple[float, float]) -> str:
+    (ta, ma), (to, mo) = every, outputs
+    return f"{label:<12}{ta:>8.1f}{to:>11.1f}{ta / to:>7.2f}{ma:>10.0f}{mo:>13.0f}{ma / mo:>7.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
+        start = time.perf_counter()
+        model, inputs = encoder(args.layers, args.batch, args.seq)
+        case = capture(model, inputs, name="encoder", out_dir=tmp)
+        size = case.with_suffix(".pt2").stat().st_size / 2**20
+        print(f"capture: {time.perf_counter() - start:.1f} s, encoder.pt2 {size:.0f} MiB")
+        scripts = {n: rendered(case, Path(tmp) / n, n) for n in ("all", "outputs")}
+        print(f"{'stage':<12}{'all s':>8}{'outputs s':>11}{'ratio':>7}"
+              f"{'all MiB':>10}{'outputs MiB':>13}{'ratio':>7}")  # fmt: skip
+        runs = {name: [stage(scripts[n], name) for n in ("all", "outputs")] for name in STAGES}
+        for name, (every, outputs) in runs.items():
+            print(row(name, every, outputs))
+        total = [(sum(r[i][0] for r in runs.values()), max(r[i][1] for r in runs.values()))
+                 for i in (0, 1)]  # fmt: skip
+        print(row("all stages", *total), " (time: the sum; memory: the largest stage)")
+        sizes = [Path(tmp, n, "work", "xla", "tensors.pt").stat().st_size for n in scripts]
+        print(f"xla tensors.pt: {sizes[0] / 2**20:.1f} MiB with every node, "
+              f"{sizes[1] / 2**20:.1f} MiB outputs only")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
