@@ -284,8 +284,9 @@ def minimize_(
 ) -> None:
     """Shrink a case to the smallest variant that still shows the same outcome.
 
-    Writes OUTPUT/minimal.toml, OUTPUT/repro.py and OUTPUT/minimize.json; a run folder that
-    `reprokit report` reads. Exit 0 done (or budget spent), 130 interrupted.
+    Writes OUTPUT/minimal.toml and OUTPUT/repro.py, and a run folder that `reprokit report`
+    reads (summary.json holds the search: run.minimized). Exit 0 done (or budget spent), 130
+    interrupted.
     """
     variant = _one_variant(case, set_, cases, templates)
     options = Options(

@@ -277,3 +277,29 @@ class _Evil:
 
     def __reduce__(self):
         return (open, (self.marker, "w"))
+
+
+def test_run_and_report_name_the_first_diverging_operation(captured, tmp_path):
+    """Through `reprokit run` and `reprokit report`: the perturbed layer_norm is named with
+    its op, module and shape, and report.html plots the errors against float64."""
+    import reprokit
+
+    (variant,) = variants(
+        load_case(captured["transformer"]), {"perturb_node": "node.0033.layer_norm"}
+    )
+    summary = reprokit.run([variant], run_dir=tmp_path / "run", options=reprokit.Options(jobs=2))
+    (result,) = summary.variants
+    assert result.outcome.value == "mismatch" and result.first_divergence == {
+        "xla": "node.0033.layer_norm"
+    }
+    judged = [c for c in result.comparisons if c.target == "xla"]
+    assert all(c.method == "fp64" and c.errors is not None for c in judged)
+    assert all(c.allclose for c in judged[:33])  # every earlier operation agrees
+    reprokit.report(tmp_path / "run")
+    body = (tmp_path / "run" / "report.md").read_text()
+    assert "node.0033.layer_norm is the first to differ" in body
+    assert "`aten.layer_norm.default` (2x6x16) in `layers.0.norm1`" in body
+    assert 'Judged against float64 (`[compare] method = "fp64"`)' in body
+    page = (tmp_path / "run" / "report.html").read_text()
+    plots = page.split("<h2>Error against float64, operation by operation</h2>")[1]
+    assert plots.startswith("<figure><svg")
