@@ -22,7 +22,6 @@ from reprokit.errors import ReprokitError
 from reprokit.records import Outcome, VariantResult
 from reprokit.runner import backends
 from reprokit.runner.options import Options
-from reprokit.runner.stage import log_path
 
 if TYPE_CHECKING:
     from reprokit.generate.cases import Variant
@@ -153,23 +152,13 @@ def failure_message(result: VariantResult, folder: Path) -> str:
     if len(bad) > WORST:
         lines.append(f"  ... and {len(bad) - WORST} more tensors outside tolerance")
     failed = result.failed_stage
-    if failed is not None:
-        tail = _tail(log_path(folder, failed.name), 6)
-        if tail:
-            lines += [f"  {failed.name} stderr (last lines):", *(f"    {t}" for t in tail)]
-        else:
-            lines.append(f"  {failed.name} printed nothing on stderr")
+    if failed is not None and failed.stderr_tail:
+        lines.append(f"  {failed.name} stderr (last lines):")
+        lines += [f"    {line}" for line in failed.stderr_tail[-6:]]
+    elif failed is not None:
+        lines.append(f"  {failed.name} printed nothing on stderr")
     lines.append(f"  run folder: {folder}")
     return "\n".join(lines)
-
-
-def _tail(path: Path, count: int) -> list[str]:
-    try:
-        with path.open("rb") as file:
-            file.seek(max(0, path.stat().st_size - 8192))
-            return file.read().decode("utf-8", "replace").splitlines()[-count:]
-    except OSError:
-        return ["(no log)"]
 
 
 def _templates(config: pytest.Config) -> tuple[Path, ...]:

@@ -81,6 +81,9 @@ class StageResult:
     reason: str | None = None  # why it was skipped, or what else went wrong
     metrics: dict[str, Any] = field(default_factory=dict)  # from its result.json
     described: dict[str, dict[str, Any]] = field(default_factory=dict)  # its tensors: op, source
+    xla: dict[str, Any] | None = None  # what torch_xla saw: devices, compilations, fallbacks
+    error: str | None = None  # a failed stage's exception, e.g. "AssertionError: ..."
+    stderr_tail: tuple[str, ...] = ()  # a failed stage's last words
 
     @property
     def failed(self) -> bool:
@@ -92,16 +95,23 @@ class StageResult:
             return f"was skipped ({self.reason})"
         if self.status is Status.TIMEOUT:
             return f"timed out ({self.reason})" if self.reason else "timed out"
+        why = f": {self.error}" if self.error else ""
         if self.signal:
-            return f"died by {self.signal}"
-        return f"exited with code {self.returncode}"
+            return f"died by {self.signal}{why}"
+        return f"exited with code {self.returncode}{why}"
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "status": self.status.value}
+        return {**asdict(self), "status": self.status.value, "stderr_tail": list(self.stderr_tail)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StageResult:
-        return from_json(cls, data, status=Status)
+        return from_json(cls, data, status=Status, stderr_tail=tuple)
+
+    def recompiled(self) -> bool:
+        """Every execution needed a compilation of its own: the graph changed each step."""
+        xla = self.xla or {}
+        compiled, executed = (xla.get(k, {}).get("count", 0) for k in ("compile", "execute"))
+        return compiled > 2 and compiled >= executed
 
 
 MARKS = {True: "pass", False: "fail", None: "skip"}  # VariantResult.passed, in a word

@@ -65,14 +65,15 @@ class LocalExecutor:
         env = backends.stage_env(stage.backend, self.options.xla_device, devices=stage.devices)
         result = self._spawn(folder, stage.name, stage.backend, args, env, stop)
         if result.status is Status.OK:
-            result = replace(result, **_result_fields(folder / "stages" / stage.name))
-        return result
+            return replace(result, **_result_fields(folder / "stages" / stage.name))
+        return _last_words(result, folder)
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
         """Ask the script for its stage DAG; :class:`StagesUnlisted` says why there is none."""
         env = backends.stage_env("cpu", self.options.xla_device)
         result = self._spawn(folder, LIST_STAGES, "cpu", [LIST_STAGES], env, stop)
         if result.status is not Status.OK:
+            result = _last_words(result, folder)
             raise StagesUnlisted(result, f"{LIST_STAGES} {result.ended()}")
         text = log_path(folder, LIST_STAGES, "stdout").read_text("utf-8", "replace")
         try:
@@ -131,15 +132,54 @@ def log_path(folder: Path, stage: str, stream: str = "stderr") -> Path:
     return folder / "stages" / stage / f"{stream}.log"
 
 
+TAIL = 12  # lines of a failed stage's stderr kept in its record
+FIELDS = {"metrics": "metrics", "described": "tensors", "xla": "xla"}  # record: result.json
+
+
+def _last_words(result: StageResult, folder: Path) -> StageResult:
+    """A failed stage's record with its exception and the tail of its stderr."""
+    if not result.failed:
+        return result
+    tail = _tail(log_path(folder, result.name))
+    return replace(result, error=_exception(tail), stderr_tail=tuple(tail[-TAIL:]))
+
+
+def _tail(log: Path, size: int = 16384) -> list[str]:
+    """The last lines of a (capped, redacted) log."""
+    try:
+        with log.open("rb") as file:
+            start = max(0, log.stat().st_size - size)
+            file.seek(start)
+            lines = file.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    return lines[1:] if start else lines  # the first line read may be cut
+
+
+def _exception(lines: list[str]) -> str | None:
+    """The exception a Python traceback ends with (``AssertionError: ...``), else None."""
+    found = None
+    for index, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last)"):
+            after = (ln for ln in lines[index + 1 :] if ln and not ln[0].isspace())
+            found = next(after, found)
+    return found[:300] if found else None
+
+
 def _result_fields(stage_dir: Path) -> dict[str, Any]:
-    """What a stage wrote into its result.json that its record keeps: the metrics, and the
-    descriptions of its tensors (``"tensors": {name: {"op": ..., "source": ...}}``)."""
+    """What a stage wrote into its result.json that its record keeps: the metrics, the
+    descriptions of its tensors (``"tensors": {name: {"op": ..., "source": ...}}``) and what
+    torch_xla saw (``"xla"``)."""
     try:
         data = json.loads((stage_dir / "result.json").read_text("utf-8"))
     except (OSError, ValueError):
         return {}
     data = data if isinstance(data, dict) else {}
-    found = {"metrics": data.get("metrics"), "described": data.get("tensors")}
+    found = {
+        "metrics": data.get("metrics"),
+        "described": data.get("tensors"),
+        "xla": data.get("xla"),
+    }
     return {k: v for k, v in found.items() if isinstance(v, dict)}
 
 
