@@ -225,6 +225,7 @@ class RunSummary:
     variants: tuple[VariantResult, ...] = ()
     interrupted: bool = False
     minimized: MinimizeResult | None = None  # a folder `reprokit minimize` wrote
+    xla_device: str | None = None  # the XLA device kind the run asked for (--xla-device)
 
     def count(self, passed: bool | None) -> int:
         return sum(v.passed is passed for v in self.variants)
@@ -236,6 +237,7 @@ class RunSummary:
             "argv": list(self.argv),
             "env": self.env.to_json(),
             "interrupted": self.interrupted,
+            "xla_device": self.xla_device,
         }
         if self.minimized is not None:
             run["minimized"] = self.minimized.to_json()
@@ -252,6 +254,7 @@ class RunSummary:
             variants=tuple(map(VariantResult.from_json, data["variants"])),
             interrupted=run.get("interrupted", False),
             minimized=run.get("minimized") and MinimizeResult.from_json(run["minimized"]),
+            xla_device=run.get("xla_device"),
         )
 
     def with_variants(self, variants: Iterable[VariantResult], **changes: Any) -> RunSummary:

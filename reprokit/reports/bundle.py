@@ -27,9 +27,15 @@ def _members(run_dir: Path, target: Path) -> list[Path]:
         and not p.is_symlink()
         and p != target
         and p.name != target.name
-        and not p.name.startswith(".")
+        and not _ours(p)
     ]
     return sorted(files, key=lambda p: (_priority(p), p.stat().st_size, str(p)))
+
+
+def _ours(path: Path) -> bool:
+    """The run folder's lock and half-written temporary files: not part of the run. Other
+    dot-files are kept: a distributed checkpoint cannot be read without its .metadata."""
+    return path.name == ".reprokit.lock" or (path.name.startswith(".") and path.suffix == ".tmp")
 
 
 def _priority(path: Path) -> int:

@@ -21,7 +21,8 @@ from matplotlib.ticker import MaxNLocator
 
 from reprokit.records import RunSummary, VariantResult
 from reprokit.redact import redact_text
-from reprokit.reports.markdown import divergence_lines, verdict
+from reprokit.reports.details import divergence_lines
+from reprokit.reports.markdown import verdict
 
 MAX_FIGURES = 12  # per kind: a page of 500 variants must still open quickly
 _STYLE = """

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprokit.records import Comparison, RunSummary, VariantResult
+from reprokit.records import Outcome, RunSummary, VariantResult
 from reprokit.redact import redact_text
+from reprokit.reports.details import cell, collapsed, fenced, variant_section
 
 GITHUB_BODY_LIMIT = 65_536
 BUNDLE = "bundle.zip"
@@ -38,7 +39,7 @@ def verdict(summary: RunSummary) -> str:
 class Budget:
     """How much of each part report.md shows; shrunk step by step until the body fits."""
 
-    variants: int  # failing variants shown in detail
+    variants: int  # problem variants shown in detail
     rows: int = 12  # diff rows per failing variant
     scripts: int = 10**6  # failing variants whose script is inlined
     result_rows: int = 10**6  # rows of the all-variants table
@@ -52,12 +53,12 @@ class Budget:
         if self.result_rows > 50:
             return self._set("result_rows", 50, "the results of every variant (summary.json)")
         if self.scripts > 1:
-            return self._set("scripts", 1, "the scripts of all but the first failing variant")
+            return self._set("scripts", 1, "the scripts of all but the first variant shown")
         if self.rows > 3:
             return self._set("rows", 3, "the full diff tables (summary.json: comparisons)")
         if self.variants > 1:
             keep = self.variants // 2
-            return self._set("variants", keep, f"the details of {failing - keep} failing variants")
+            return self._set("variants", keep, f"the details of {failing - keep} variants")
         if self.result_rows:
             return self._set("result_rows", 0, "the results table (summary.json)")
         if self.scripts:
@@ -70,116 +71,116 @@ class Budget:
         return True
 
 
+def problems(summary: RunSummary) -> list[VariantResult]:
+    """The variants a maintainer needs to see: those that did not behave as expected, then
+    those that show a problem (an outcome other than match) as their case expected: known bugs
+    are evidence too."""
+    unexpected = [v for v in summary.variants if v.passed is False]
+    known = [v for v in summary.variants if v.passed and v.outcome is not Outcome.MATCH]
+    return unexpected + known
+
+
 def markdown(summary: RunSummary, run_dir: Path, limit: int = GITHUB_BODY_LIMIT) -> str:
-    """report.md: at most ``limit`` characters, whatever the size of the run."""
-    failing = [v for v in summary.variants if v.passed is False]
-    budget = Budget(variants=len(failing))
+    """report.md, in pytorch/xla's bug template: at most ``limit`` characters."""
+    shown = problems(summary)
+    budget = Budget(variants=len(shown))
     while True:
-        body = redact_text(_markdown(summary, run_dir, failing, budget))
-        if len(body) <= limit or not budget.shrink(len(failing)):
+        body = redact_text(_markdown(summary, run_dir, shown, budget))
+        if len(body) <= limit or not budget.shrink(len(shown)):
             return body if len(body) <= limit else body[: limit - 20] + "\n\n(cut)\n"
 
 
-def _markdown(summary, run_dir, failing, budget: Budget) -> str:
-    parts = [f"**reprokit**: {verdict(summary)}", ""]
+def _markdown(summary: RunSummary, run_dir: Path, shown: list, budget: Budget) -> str:
+    parts = ["## 🐛 Bug", "", *_bug(summary, shown), "", "## To Reproduce", ""]
+    parts += _reproduce(summary, run_dir, shown[: max(1, budget.scripts)] if budget.scripts else [])
+    for variant in shown[: budget.variants]:
+        parts += variant_section(variant, budget.rows)
+    parts += ["## Expected behavior", "", *_expected(shown or list(summary.variants)), ""]
+    parts += ["## Environment", "", *_environment(summary), ""]
+    parts += ["## Additional context", ""]
     if summary.minimized is not None:
         parts += [summary.minimized.describe(), ""]
-    for index, variant in enumerate(failing[: budget.variants]):
-        parts += _variant_section(variant, run_dir, budget.rows, inline=index < budget.scripts)
     if budget.result_rows:
         parts += _results_table(summary.variants, budget.result_rows)
-    parts += ["### Environment", "", "| | |", "| --- | --- |"]
-    parts += [f"| {_cell(k)} | {_cell(v)} |" for k, v in summary.env.rows()]
-    parts += ["", f"Everything else is in `{BUNDLE}` (scripts, logs, results, environment)."]
+    parts += [f"Everything else is in `{BUNDLE}` (scripts, logs, results, environment)."]
     if budget.cut:
         cut = "; ".join(budget.cut.values())
         parts.append(f"Left out of this body to fit GitHub's limit, all in `{BUNDLE}`: {cut}.")
     return "\n".join(parts) + "\n"
 
 
-def _variant_section(variant: VariantResult, run_dir: Path, rows: int, inline: bool):
-    lines = [
-        f"### `{variant.label}`: {variant.outcome.value} (expected {variant.expected.value})",
-        "",
-    ]
-    if variant.reason:
-        lines += [_cell(variant.reason), ""]
-    failed = [s for s in variant.stages if s.failed]
-    for stage in failed:
-        code = f"signal {stage.signal}" if stage.signal else f"exit code {stage.returncode}"
-        lines.append(f"- stage `{stage.name}` ({stage.backend}): {stage.status.value}, {code}")
-    lines += [""] if failed else []
-    lines += divergence_lines(variant)
-    worst = sorted((c for c in variant.comparisons if not c.allclose), key=lambda c: -c.max_abs)
-    if worst:
-        lines += [
-            "| tensor | stage vs reference | shape | max abs | max rel | mismatched |",
-            "| --- | --- | --- | ---: | ---: | ---: |",
-        ]
-        lines += [_diff_row(c) for c in worst[:rows]]
-        if len(worst) > rows:
-            lines.append(f"\n({len(worst) - rows} more differing tensors in summary.json)")
+def _bug(summary: RunSummary, shown: list[VariantResult]) -> list[str]:
+    """One paragraph: what goes wrong, from the first problem's case and verdict."""
+    lines = []
+    if shown:
+        first = shown[0]
+        what = first.title or first.case
+        why = f" ({cell(first.reason)})" if first.reason else ""
+        known = ", as its case expects (a known problem)."
+        ending = known if first.passed else f", where its case expects {first.expected.value}."
+        lines.append(f"{what}: `{first.label}` ends in **{first.outcome.value}**{why}{ending}")
+        if first.description:
+            lines[0] += f" {cell(first.description)}"
         lines.append("")
-    script = Path(run_dir) / variant.label / "repro.py"
-    if inline and script.is_file():
+    return [*lines, f"reprokit: {verdict(summary)}"]
+
+
+def _reproduce(summary: RunSummary, run_dir: Path, inline: list[VariantResult]) -> list[str]:
+    """The command that reruns the run, then each inlined variant's standalone script."""
+    lines = []
+    if summary.argv:
+        command = " ".join(["reprokit", *summary.argv[1:]]) if summary.argv else ""
+        lines += ["With reprokit, the whole run:", "", *fenced(command, "sh"), ""]
+    for variant in inline:
+        script = Path(run_dir) / variant.label / "repro.py"
+        if not script.is_file():
+            continue
         text = script.read_text(encoding="utf-8", errors="replace")
-        fence = "~~~~" if "```" in text else "```"
         lines += [
-            f"<details><summary>repro.py ({text.count(chr(10))} lines): "
-            "<code>python repro.py</code></summary>",
-            "",
-            f"{fence}python",
-            text.rstrip("\n"),
-            fence,
-            "",
-            "</details>",
+            f"Standalone, `python repro.py` for `{variant.label}` (torch, torch_xla, numpy; "
+            "every stage in a fresh process, then the comparison table):",
             "",
         ]
+        summary_line = f"repro.py ({text.count(chr(10))} lines)"
+        lines += collapsed(summary_line, fenced(text, "python"))
     return lines
 
 
-def divergence_lines(variant: VariantResult) -> list[str]:
-    """Where each target stage first leaves its reference, which tensors agree before, and
-    what the first differing one is where the stage described it (an operation of a captured
-    program: its op, shape, module and the user's source line)."""
+def _expected(variants: list[VariantResult]) -> list[str]:
+    """From each variant's [expect], and the tolerances it was judged with."""
     lines = []
-    stages = {stage.name: stage for stage in variant.stages}
-    for target, tensor in variant.first_divergence.items():
-        if tensor is None:
-            continue
-        line = f"First divergence in `{target}`: {variant.divergence(target)}."
-        info = stages[target].described.get(tensor) if target in stages else None
-        lines.append(line + (f" {described(tensor, info)}" if info else ""))
-    methods = {c.method for c in variant.comparisons}
-    if lines and "fp64" in methods:
-        lines.append(
-            'Judged against float64 (`[compare] method = "fp64"`): a tensor differs when its '
-            "error against the float64 run is well beyond the reference stage's."
-        )
-    return [*lines, ""] if lines else []
+    for v in variants[:10]:
+        if v.expected is Outcome.MATCH:
+            tolerances = sorted({(c.rtol, c.atol) for c in v.comparisons if c.shape})
+            within = ", ".join(f"rtol={r:g}, atol={a:g}" for r, a in tolerances[:3])
+            text = "every stage ends well and agrees with its reference stage"
+            text += f" within {within}" if within else ""
+            if any(c.method == "fp64" for c in v.comparisons):
+                text += ", or stays within a few times the reference's own error against float64"
+            lines.append(f"- `{v.label}`: {text}.")
+        else:
+            lines.append(
+                f"- `{v.label}`: the case records the known outcome `{v.expected.value}`; without "
+                "the bug it would be `match`."
+            )
+    return lines
 
 
-def described(tensor: str, info: dict) -> str:
-    """``node.0012.layer_norm`` is `aten.layer_norm.default` (2x16) in `encoder.layers.3`,
-    from `model.py:42`: `x = self.norm(x)`."""
-    parts = [f"`{tensor}` is `{info.get('op', '?')}`"]
-    if info.get("shape") is not None:
-        parts.append(f"({'x'.join(map(str, info['shape'])) or 'scalar'})")
-    if info.get("module"):
-        parts.append(f"in `{info['module']}`")
-    if info.get("source"):
-        parts.append(f"from `{_cell(info['source'])}`")
-    return " ".join(parts) + "."
-
-
-def _diff_row(c: Comparison) -> str:
-    cells = {k: _cell(v) for k, v in c.cells().items()}
-    shape = cells["note"] if c.shape is None else cells["shape"]
-    mismatched = cells["note"] or cells["mismatched"]
-    return (
-        f"| `{cells['tensor']}` | {cells['stages']} | {shape} | {cells['max_abs']} | "
-        f"{cells['max_rel']} | {mismatched} |"
-    )
+def _environment(summary: RunSummary) -> list[str]:
+    """The backend as the XLA stages saw it, the versions, then the environment table."""
+    seen = {(s.xla["device_kind"], s.xla["devices"]) for v in summary.variants for s in v.stages
+            if s.xla and "device_kind" in s.xla}  # fmt: skip
+    kinds = sorted({kind for kind, _ in seen}) or [summary.xla_device or "?"]
+    versions = summary.env.versions
+    lines = [f"- Reproducible on XLA backend [{'/'.join(kinds)}]"]
+    lines.append(f"- torch_xla version: {versions.get('torch_xla') or '?'} "
+                 f"(torch {versions.get('torch') or '?'})")  # fmt: skip
+    if seen:
+        counts = ", ".join(f"{n} x {kind}" for kind, n in sorted(seen))
+        lines.append(f"- XLA devices the stages saw: {counts}")
+    lines += ["", "| | |", "| --- | --- |"]
+    lines += [f"| {cell(k)} | {cell(v)} |" for k, v in summary.env.rows()]
+    return lines
 
 
 def _results_table(variants, rows: int) -> list[str]:
@@ -190,14 +191,9 @@ def _results_table(variants, rows: int) -> list[str]:
     for v in shown:
         mark = marks[v.mark]
         lines.append(
-            f"| `{_cell(v.label)}` | {v.outcome.value} | {v.expected.value} | {mark} | "
+            f"| `{cell(v.label)}` | {v.outcome.value} | {v.expected.value} | {mark} | "
             f"{v.seconds:.1f} |"
         )
     if len(variants) > len(shown):
         lines.append(f"\n({len(variants) - len(shown)} more variants in summary.json)")
     return [*lines, ""]
-
-
-def _cell(value: object) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(value).replace("|", "\\|").replace("\n", " ")

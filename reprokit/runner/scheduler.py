@@ -92,7 +92,7 @@ def run(
         states = [_prepare(i, v, run_dir, options) for i, v in enumerate(unique.values())]
         argv = tuple(redact_text(arg) for arg in argv)  # a --set may carry a token
         executor = executor or LocalExecutor(options)
-        summary = _Summary(run_dir, argv)
+        summary = _Summary(run_dir, argv, options.xla_device)
         return _Scheduler(states, options, executor, summary, reporter).run()
     finally:
         lock.release()
@@ -164,10 +164,11 @@ def _prepare(index: int, variant: Variant, run_dir: Path, options: Options) -> _
 class _Summary:
     """summary.json as variants finish: the finished ones in order, the environment."""
 
-    def __init__(self, run_dir: Path, argv: tuple[str, ...]) -> None:
+    def __init__(self, run_dir: Path, argv: tuple[str, ...], xla_device: str) -> None:
         self.run_dir = run_dir
         self.finished: dict[int, VariantResult] = {}
-        self.summary = RunSummary(started=_now(), argv=argv, env=capture_env(quick=True))
+        env = capture_env(quick=True)
+        self.summary = RunSummary(_now(), argv=argv, env=env, xla_device=xla_device)
         # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
         # and replaces the short one once done. No XLA probe: it could hold a TPU a stage needs.
         self.capture = cf.ThreadPoolExecutor(1).submit(capture_env, probe_xla=False)

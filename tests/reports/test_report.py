@@ -106,11 +106,25 @@ def test_report_writes_md_html_json_and_bundle(cli, small_run):
 def test_markdown_renders_with_github_cmark_gfm(small_run):
     write_reports(small_run, formats="md")
     text = (small_run / "report.md").read_text()
-    assert text.startswith("**reprokit**: 1 of 2 variants behaved as expected; 1 did not")
+    assert text.startswith("## 🐛 Bug\n\nseed: `seed[default]` ends in **mismatch**")
+    assert "reprokit: 1 of 2 variants behaved as expected; 1 did not" in text
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == [  # pytorch/xla's bug template
+        "## 🐛 Bug",
+        "## To Reproduce",
+        "## Expected behavior",
+        "## Environment",
+        "## Additional context",
+    ]
     expected = (
         "First divergence in `eval_spmd`: act.0 through act.2 agree; act.3 is the first to differ"
     )
     assert f"{expected} (32 / 32 mismatched, max abs 0.04)." in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "act." in line]
+    # in the order the stage saved them, from two that agree, the first to differ in bold
+    assert [row.split("|")[1].strip() for row in rows] == [
+        "`act.1`", "`act.2`", "**`act.3`**", "`act.4`", "`act.5`"
+    ]  # fmt: skip
     html = cmarkgfm.github_flavored_markdown_to_html(
         text, options=cmarkgfm.Options.CMARK_OPT_UNSAFE
     )
