@@ -173,6 +173,9 @@ def run_(
     xla_device: Annotated[
         str | None, typer.Option("--xla-device", help="CPU, TPU or CUDA [default: TPU if any]")
     ] = None,
+    dump_hlo: Annotated[
+        bool, typer.Option("--dump-hlo", help="XLA stages save their graphs as HLO text")
+    ] = False,
     cases: CasesOpt = [],  # noqa: B006
     templates: TemplatesOpt = [],  # noqa: B006
 ) -> None:
@@ -190,6 +193,7 @@ def run_(
         timeout=timeout,
         xla_device=backends.xla_device(xla_device),
         templates=tuple(templates),
+        dump_hlo=dump_hlo,
     )
     run_dir = output or default_run_dir()
     start = time.monotonic()

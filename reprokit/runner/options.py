@@ -25,6 +25,7 @@ class Options:
     log_cap: int = LOG_CAP
     grace: float = GRACE
     python: str = sys.executable
+    dump_hlo: bool = False  # XLA stages save their graphs as HLO text (stages/S/graphs.hlo.*)
 
 
 def jobs(value: str) -> int:

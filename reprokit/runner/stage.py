@@ -63,6 +63,11 @@ class LocalExecutor:
         args = ["--stage", stage.name, "--workdir", "stages"]
         args += ["--xla-device", self.options.xla_device]
         env = backends.stage_env(stage.backend, self.options.xla_device, devices=stage.devices)
+        if self.options.dump_hlo and stage.backend.startswith("xla"):
+            env |= {
+                "XLA_SAVE_TENSORS_FMT": "hlo",  # torch_xla writes every graph it syncs
+                "XLA_SAVE_TENSORS_FILE": str(folder / "stages" / stage.name / "graphs.hlo"),
+            }
         result = self._spawn(folder, stage.name, stage.backend, args, env, stop)
         if result.status is Status.OK:
             return replace(result, **_result_fields(folder / "stages" / stage.name))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import zipfile
 
 import cmarkgfm
@@ -50,7 +52,7 @@ def test_xla_stages_record_what_torch_xla_saw(tmp_path, write_case):
     """linalg.eigvals has no XLA lowering: torch_xla runs it on the CPU, and the report says so."""
     case = write_case('[case]\ntitle = "eig"\ntemplate = "fallback"\n')
     variants = reprokit.load_cases([str(case)], templates=[TEST_TEMPLATES])
-    options = reprokit.Options(templates=(TEST_TEMPLATES,))
+    options = reprokit.Options(templates=(TEST_TEMPLATES,), dump_hlo=True)
     summary = reprokit.run(variants, run_dir=tmp_path / "run", options=options)
     (variant,) = summary.variants
     cpu, xla = variant.stages
@@ -82,3 +84,15 @@ def test_the_bundle_keeps_a_readable_distributed_checkpoint(tmp_path, cli):
     result = cli("diff", tmp_path / "run" / checkpoints, tmp_path / "unzipped" / checkpoints)
     assert result.exit_code == 0, result.output
     assert " 0 differ" in result.stdout
+
+
+def test_the_standalone_script_dumps_hlo_too(tmp_path, write_case):
+    case = write_case('[case]\ntitle = "eig"\ntemplate = "fallback"\n')
+    (variant,) = reprokit.load_cases([str(case)], templates=[TEST_TEMPLATES])
+    script = tmp_path / "repro.py"
+    script.write_text(reprokit.render(variant, templates=[TEST_TEMPLATES]))
+    command = [sys.executable, str(script), "--stage", "eig_xla", "--workdir", "w", "--dump-hlo"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (hlo,) = (tmp_path / "w" / "eig_xla").glob("graphs.hlo*")
+    assert "HloModule" in hlo.read_text()
