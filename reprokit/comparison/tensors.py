@@ -175,7 +175,8 @@ def _tally_chunk(
 ) -> None:
     same = (a == e) | (a.isnan() & e.isnan())  # equal infinities and NaNs differ by nothing
     diff = torch.where(same, 0.0, (a - e).abs()).nan_to_num(math.inf, math.inf)
-    rel = torch.where(diff == 0, 0.0, diff / e.abs()).nan_to_num(math.inf, math.inf)
+    # relative to a reference that is not zero: where it is, max_abs tells (no inf from 0)
+    rel = torch.where((diff == 0) | (e == 0), 0.0, diff / e.abs()).nan_to_num(math.inf, math.inf)
     close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
     mismatched = int((~close).sum())
     tally.max_abs = _nan_max(tally.max_abs, diff.max().item())

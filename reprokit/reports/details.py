@@ -86,12 +86,12 @@ def described(tensor: str, info: dict) -> str:
 
 def comparison_table(variant: VariantResult, rows: int) -> list[str]:
     """The comparisons in the order the stages saved their tensors, from a few before the
-    first divergence; the first to differ in bold. max rel is |target - reference| / |reference|
-    (inf where the reference is 0 and the target is not)."""
+    first divergence; the first to differ in bold. max rel is the largest
+    |target - reference| / |reference| where the reference is not 0 (max abs covers those)."""
     if not any(not c.allclose for c in variant.comparisons):
         return []
     lines = [
-        "| tensor | stage vs reference | shape | max abs | max rel | mismatched |",
+        "| tensor | stage vs reference | shape | max abs | max rel ¹ | mismatched |",
         "| --- | --- | --- | ---: | ---: | ---: |",
     ]
     shown = 0
@@ -106,7 +106,10 @@ def comparison_table(variant: VariantResult, rows: int) -> list[str]:
     hidden = len(variant.comparisons) - shown
     if hidden:
         lines.append(f"\n({hidden} more comparisons in summary.json)")
-    return [*lines, ""]
+    note = (
+        "¹ |stage - reference| / |reference| where the reference is not 0; max abs covers the rest."
+    )
+    return [*lines, "", note, ""]
 
 
 def _row(c: Comparison, *, bold: bool) -> str:

@@ -39,6 +39,7 @@ def saved_tensors() -> dict[str, dict[str, torch.Tensor]]:
         "only_in_ref": torch.ones(2),
         "nan_in_ref": torch.tensor([1.0, NAN, 3.0]),
         "one_by_one": base[:6, :1].reshape(2, 3, 1, 1),
+        "zero_ref": torch.tensor([0.0, 2.0]),
     }
     target = {
         "equal": base.clone(),
@@ -57,6 +58,7 @@ def saved_tensors() -> dict[str, dict[str, torch.Tensor]]:
         "only_in_target": torch.ones(2),
         "nan_in_ref": torch.tensor([1.0, 2.0, 3.0]),
         "one_by_one": base[:6, :1].reshape(2, 3, 1, 1) + 1e-3,
+        "zero_ref": torch.tensor([0.5, 2.5]),
     }
     # float64 truth: the target's noise is as far from it as the reference is: fp64 forgives
     fp64 = {name: t.double() + 1e-4 * torch.randn(t.shape, dtype=torch.float64)
@@ -98,4 +100,6 @@ def test_script_and_harness_agree(tmp_path, write_case, method):
     assert not harness["dtype"].allclose and not harness["only_in_target"].allclose
     assert harness["noise"].allclose is (method == "fp64")  # fp64 forgives float noise
     assert not harness["far"].allclose  # but not a real difference
+    # relative to references that are not 0: 0.5 / 2, not 0.5 / 0
+    assert (harness["zero_ref"].max_abs, harness["zero_ref"].max_rel) == (0.5, 0.25)
     assert harness["nan_in_ref"].allclose is (method == "fp64")  # dynamo: the target is better
