@@ -339,5 +339,36 @@ def capture_(
     out.print(f"next: reprokit run {case} && reprokit report RUN_DIR", highlight=False)
 
 
+@app.command(
+    "wrap", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True}
+)
+@reports_errors
+def wrap_(
+    command: Annotated[list[str], typer.Argument(help="the command: -- python train.py ARGS")],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="the run folder [default: runs/<time>]")
+    ] = None,
+    dump_hlo: Annotated[
+        bool, typer.Option("--dump-hlo", help="save XLA's graphs as HLO text")
+    ] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds it may run")] = TIMEOUT,
+    xla_device: Annotated[
+        str | None, typer.Option("--xla-device", help="CPU, TPU or CUDA [default: TPU if any]")
+    ] = None,
+) -> None:
+    """Your own script under torch_xla's debug settings, as one stage of a run that
+    `reprokit report` turns into an issue; the exit code is the script's."""
+    from reprokit.runner.wrap import exit_code, wrap
+
+    options = Options(timeout=timeout, xla_device=backends.xla_device(xla_device),
+                      dump_hlo=dump_hlo)  # fmt: skip
+    run_dir = output or default_run_dir()
+    summary = wrap(command, run_dir=run_dir, options=options)
+    (variant,) = summary.variants
+    out.print(progress.variant_line(variant), highlight=False)
+    out.print(f"run folder: {escape(str(run_dir))}; next: reprokit report {escape(str(run_dir))}")
+    raise typer.Exit(exit_code(summary))
+
+
 def main() -> None:
     app()

@@ -140,7 +140,7 @@ def xla_table(stages: tuple[StageResult, ...]) -> list[str]:
         to, back = (x.get(k, {}).get("count", 0) for k in ("to_device", "from_device"))
         fallbacks = ", ".join(f"`{op}`" for op in x.get("fallbacks", [])) or "none"
         lines.append(
-            f"| `{stage.name}` | {x.get('devices')} x {x.get('device_kind')} | "
+            f"| `{stage.name}` | {x.get('devices', '?')} x {x.get('device_kind', '?')} | "
             f"{count['compile']} ({seconds['compile']:.2f} s) | "
             f"{count['execute']} ({seconds['execute']:.2f} s) | {to} / {back} | {fallbacks} |"
         )

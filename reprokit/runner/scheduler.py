@@ -98,7 +98,8 @@ def run(
         lock.release()
 
 
-def _now() -> str:
+def now() -> str:
+    """The time, as summary.json writes it."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
@@ -168,7 +169,7 @@ class _Summary:
         self.run_dir = run_dir
         self.finished: dict[int, VariantResult] = {}
         env = capture_env(quick=True)
-        self.summary = RunSummary(_now(), argv=argv, env=env, xla_device=xla_device)
+        self.summary = RunSummary(now(), argv=argv, env=env, xla_device=xla_device)
         # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
         # and replaces the short one once done. No XLA probe: it could hold a TPU a stage needs.
         self.capture = cf.ThreadPoolExecutor(1).submit(capture_env, probe_xla=False)
@@ -180,7 +181,7 @@ class _Summary:
     def write(self, *, interrupted: bool = False, wait_env: bool = False) -> RunSummary:
         if wait_env:
             cf.wait([self.capture])
-        changes: dict[str, Any] = {"finished": _now(), "interrupted": interrupted}
+        changes: dict[str, Any] = {"finished": now(), "interrupted": interrupted}
         if self.capture.done() and self.capture.exception() is None:
             changes["env"] = self.capture.result()
         variants = (self.finished[i] for i in sorted(self.finished))

@@ -68,17 +68,17 @@ class LocalExecutor:
                 "XLA_SAVE_TENSORS_FMT": "hlo",  # torch_xla writes every graph it syncs
                 "XLA_SAVE_TENSORS_FILE": str(folder / "stages" / stage.name / "graphs.hlo"),
             }
-        result = self._spawn(folder, stage.name, stage.backend, args, env, stop)
+        result = self.spawn(self._script(args), folder, stage.name, stage.backend, env, stop)
         if result.status is Status.OK:
             return replace(result, **_result_fields(folder / "stages" / stage.name))
-        return _last_words(result, folder)
+        return last_words(result, folder)
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
         """Ask the script for its stage DAG; :class:`StagesUnlisted` says why there is none."""
         env = backends.stage_env("cpu", self.options.xla_device)
-        result = self._spawn(folder, LIST_STAGES, "cpu", [LIST_STAGES], env, stop)
+        result = self.spawn(self._script([LIST_STAGES]), folder, LIST_STAGES, "cpu", env, stop)
         if result.status is not Status.OK:
-            result = _last_words(result, folder)
+            result = last_words(result, folder)
             raise StagesUnlisted(result, f"{LIST_STAGES} {result.ended()}")
         text = log_path(folder, LIST_STAGES, "stdout").read_text("utf-8", "replace")
         try:
@@ -90,24 +90,29 @@ class LocalExecutor:
             backends.unavailable(stage.backend)
         return result, stages
 
-    def _spawn(
+    def _script(self, args: list[str]) -> list[str]:
+        return [self.options.python, "repro.py", *args]
+
+    def spawn(
         self,
+        command: list[str],
         folder: Path,
         name: str,
         backend: str,
-        args: list[str],
         env: dict[str, str],
         stop: threading.Event,
+        cwd: Path | None = None,
     ) -> StageResult:
-        """``python repro.py ARGS`` in ``folder``; logs beside the stage's outputs."""
+        """``command`` (in ``folder`` unless ``cwd``) as stage ``name``: its own process group,
+        the timeout, logs capped and redacted beside the stage's outputs, the ending named."""
         logs = [log_path(folder, name, stream) for stream in ("stdout", "stderr")]
         options = self.options
         ended = run_process(
-            [options.python, "repro.py", *args],
+            command,
             stdout=logs[0],
             stderr=logs[1],
             env=env,
-            cwd=folder,
+            cwd=cwd or folder,
             timeout=options.timeout,
             stop=stop,
             log_cap=options.log_cap,
@@ -141,7 +146,7 @@ TAIL = 12  # lines of a failed stage's stderr kept in its record
 FIELDS = {"metrics": "metrics", "described": "tensors", "xla": "xla"}  # record: result.json
 
 
-def _last_words(result: StageResult, folder: Path) -> StageResult:
+def last_words(result: StageResult, folder: Path) -> StageResult:
     """A failed stage's record with its exception and the tail of its stderr."""
     if not result.failed:
         return result

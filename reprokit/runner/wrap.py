@@ -1,0 +1,127 @@
+"""``reprokit wrap -- python train.py ARGS``: a user's own script as one stage of a run.
+
+For code that is not a case: the script runs under torch_xla's debug settings (its debug
+messages, IR and HLO with Python frames, metrics written at every step), as a stage does: its
+own process group, the timeout, capped and redacted logs, the ending classified. The run
+folder it leaves is an ordinary one, so ``reprokit report`` gives the same issue-ready report;
+its exit code is the script's.
+
+What torch_xla saw comes from the metrics file it writes at each step (``XLA_METRICS_FILE``):
+its last report. Operations that fell back to the CPU after the script's last step are not in
+it; a stage of a case, which asks torch_xla directly at its end, has them all.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from reprokit.env import capture as capture_env
+from reprokit.errors import ReprokitError
+from reprokit.records import Outcome, RunSummary, Status, VariantResult, write_summary
+from reprokit.redact import redact_text
+from reprokit.runner import backends
+from reprokit.runner.options import Options
+from reprokit.runner.scheduler import now
+from reprokit.runner.stage import LocalExecutor, last_words
+
+STAGE = "script"
+DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)
+    "PT_XLA_DEBUG_LEVEL": "1",  # messages on compilations, transfers, fallbacks
+    "XLA_IR_DEBUG": "1",  # IR nodes carry the Python frame that made them
+    "XLA_HLO_DEBUG": "1",  # and so do the HLO instructions
+}
+_METRICS = {
+    "compile": "CompileTime",
+    "execute": "ExecuteTime",
+    "to_device": "TransferToDeviceTime",
+    "from_device": "TransferFromDeviceTime",
+}
+
+
+def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
+    """Run ``command`` as the one stage of a run in ``run_dir``; the summary says how it ended."""
+    if not command:
+        raise ReprokitError("nothing to run", hint="reprokit wrap -- python train.py ARGS")
+    start, started = time.monotonic(), now()
+    label = _label(command)
+    stage_dir = Path(run_dir) / label / "stages" / STAGE
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    env = backends.stage_env("xla", options.xla_device) | DEBUG
+    env["XLA_METRICS_FILE"] = str(stage_dir / "metrics.txt")
+    if options.dump_hlo:
+        env |= {
+            "XLA_SAVE_TENSORS_FMT": "hlo",
+            "XLA_SAVE_TENSORS_FILE": str(stage_dir / "graphs.hlo"),
+        }
+    executor = LocalExecutor(options)
+    folder = stage_dir.parents[1]
+    try:
+        result = executor.spawn(command, folder, STAGE, "xla", env, threading.Event(), Path.cwd())
+    except FileNotFoundError:
+        raise ReprokitError(f"no such program: {command[0]!r}", hint="Give a command to run, "
+                            "e.g. reprokit wrap -- python train.py") from None  # fmt: skip
+    result = last_words(result, folder)
+    xla = read_metrics(stage_dir / "metrics.txt")
+    if xla is not None:
+        result = replace(result, xla=xla)
+    shown = redact_text(shlex.join(command))
+    variant = VariantResult(
+        case="wrap",
+        label=label,
+        variant={"command": shown},
+        outcome=result.status.outcome or Outcome.MATCH,
+        expected=Outcome.MATCH,
+        seconds=round(time.monotonic() - start, 3),
+        stages=(result,),
+        reason=None if result.status is Status.OK else f"the script {result.ended()}",
+        title=f"`{shown}` under torch_xla's debug settings",
+    )
+    argv = ("reprokit", "wrap", "--", *map(redact_text, command))
+    env = capture_env(probe_xla=False)
+    summary = RunSummary(started, now(), argv, env, (variant,), xla_device=options.xla_device)
+    write_summary(summary, run_dir)
+    return summary
+
+
+def exit_code(summary: RunSummary) -> int:
+    """The script's own exit code (128 + the signal when one killed it, as shells do)."""
+    stage = summary.variants[0].stages[0]
+    if stage.returncode is None:
+        return 1
+    return 128 - stage.returncode if stage.returncode < 0 else stage.returncode
+
+
+def read_metrics(path: Path) -> dict[str, Any] | None:
+    """torch_xla's last metrics report, as a stage of a case records it (no device count)."""
+    try:
+        text = path.read_text("utf-8", "replace")
+    except OSError:
+        return None
+    last = text.rsplit("[MetricsData", 1)[-1]
+    found: dict[str, Any] = {}
+    for key, name in _METRICS.items():
+        block = re.search(rf"Metric: {name}\n  TotalSamples: (\d+)\n  Accumulator: (\S+)", last)
+        count, total = (int(block[1]), _seconds(block[2])) if block else (0, 0.0)
+        found[key] = {"count": count, "seconds": total}
+    found["fallbacks"] = sorted(set(re.findall(r"Counter: (aten::\w+)", last)))
+    return found
+
+
+def _seconds(text: str) -> float:
+    """torch_xla's durations, e.g. ``03s252ms344.333us``, in seconds."""
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|ns|d|h|m|s)", text)
+    return round(sum(float(number) * units[unit] for number, unit in parts), 4)
+
+
+def _label(command: list[str]) -> str:
+    """The folder name: the script's name (``train`` for ``python train.py``)."""
+    scripts = [part for part in command if part.endswith(".py")]
+    name = Path(scripts[0] if scripts else command[0]).stem
+    return re.sub(r"[^\w.-]", "_", name) or "script"
