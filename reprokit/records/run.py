@@ -107,11 +107,14 @@ class StageResult:
     def from_json(cls, data: Mapping[str, Any]) -> StageResult:
         return from_json(cls, data, status=Status, stderr_tail=tuple)
 
-    def recompiled(self) -> bool:
-        """Every execution needed a compilation of its own: the graph changed each step."""
+    def uncached(self) -> int | None:
+        """How many of its compilations came from no cache, when every execution needed one
+        (a loop then compiles anew each step), else None."""
         xla = self.xla or {}
         compiled, executed = (xla.get(k, {}).get("count", 0) for k in ("compile", "execute"))
-        return compiled > 2 and compiled >= executed
+        if compiled > 2 and compiled >= executed and not xla.get("cached"):
+            return compiled
+        return None
 
 
 MARKS = {True: "pass", False: "fail", None: "skip"}  # VariantResult.passed, in a word

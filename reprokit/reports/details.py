@@ -145,6 +145,12 @@ def xla_table(stages: tuple[StageResult, ...]) -> list[str]:
             f"{count['execute']} ({seconds['execute']:.2f} s) | {to} / {back} | {fallbacks} |"
         )
     lines.append("")
-    for stage in (s for s in seen if s.recompiled()):
-        lines += [f"`{stage.name}` compiled a new graph for every execution: it recompiles.", ""]
+    for stage in seen:
+        if count := stage.uncached():
+            lines += [
+                f"`{stage.name}` compiled a graph for each of its executions ({count}), none from "
+                "the cache: a training loop like that recompiles every step "
+                "(`PT_XLA_DEBUG_LEVEL=1` says why).",
+                "",
+            ]
     return lines

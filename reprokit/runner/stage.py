@@ -11,6 +11,7 @@ classified.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import warnings
 from dataclasses import dataclass, replace
@@ -167,7 +168,9 @@ def _tail(log: Path, size: int = 16384) -> list[str]:
 
 
 def _exception(lines: list[str]) -> str | None:
-    """The exception a Python traceback ends with (``AssertionError: ...``), else None."""
+    """The exception a Python traceback ends with (``AssertionError: ...``), else None; lines
+    that torch.distributed prefixes with ``[rank0]:`` are read without it."""
+    lines = [re.sub(r"^\[rank\d+\]:\s?", "", line) for line in lines]
     found = None
     for index, line in enumerate(lines):
         if line.startswith("Traceback (most recent call last)"):

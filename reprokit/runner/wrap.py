@@ -36,11 +36,11 @@ DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)
     "XLA_IR_DEBUG": "1",  # IR nodes carry the Python frame that made them
     "XLA_HLO_DEBUG": "1",  # and so do the HLO instructions
 }
-_METRICS = {
-    "compile": "CompileTime",
-    "execute": "ExecuteTime",
-    "to_device": "TransferToDeviceTime",
-    "from_device": "TransferFromDeviceTime",
+_METRICS = {  # a stage's record: torch_xla's metrics (SPMD executions are "replicated" ones)
+    "compile": ("CompileTime",),
+    "execute": ("ExecuteTime", "ExecuteReplicatedTime"),
+    "to_device": ("TransferToDeviceTime",),
+    "from_device": ("TransferFromDeviceTime",),
 }
 
 
@@ -105,10 +105,13 @@ def read_metrics(path: Path) -> dict[str, Any] | None:
         return None
     last = text.rsplit("[MetricsData", 1)[-1]
     found: dict[str, Any] = {}
-    for key, name in _METRICS.items():
-        block = re.search(rf"Metric: {name}\n  TotalSamples: (\d+)\n  Accumulator: (\S+)", last)
-        count, total = (int(block[1]), _seconds(block[2])) if block else (0, 0.0)
-        found[key] = {"count": count, "seconds": total}
+    for key, names in _METRICS.items():
+        blocks = [re.search(rf"Metric: {name}\n  TotalSamples: (\d+)\n  Accumulator: (\S+)", last)
+                  for name in names]  # fmt: skip
+        found[key] = {"count": sum(int(b[1]) for b in blocks if b),
+                      "seconds": round(sum(_seconds(b[2]) for b in blocks if b), 4)}  # fmt: skip
+    cached = re.search(r"Counter: CachedCompile\n  Value: (\d+)", last)
+    found["cached"] = int(cached[1]) if cached else 0
     found["fallbacks"] = sorted(set(re.findall(r"Counter: (aten::\w+)", last)))
     return found
 

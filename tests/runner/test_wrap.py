@@ -36,7 +36,7 @@ def test_wrap_keeps_the_exit_code_and_reports_what_torch_xla_saw(cli, tmp_path, 
     assert cli("report", "run").exit_code == 0
     body = (tmp_path / "run" / "report.md").read_text()
     assert "| `script` | ? x ? | 4 (" in body  # compilations and executions, from its metrics
-    assert "`aten::linalg_eig`" in body and "it recompiles" in body
+    assert "`aten::linalg_eig`" in body and "recompiles every step" in body
     assert TOKEN not in body and "--lr 1" in body  # the command that reruns it
 
 
