@@ -22,7 +22,7 @@ from matplotlib.ticker import MaxNLocator
 from reprokit.records import RunSummary, VariantResult
 from reprokit.redact import redact_text
 from reprokit.reports.details import divergence_lines
-from reprokit.reports.markdown import verdict
+from reprokit.reports.markdown import problems, verdict
 
 MAX_FIGURES = 12  # per kind: a page of 500 variants must still open quickly
 _STYLE = """
@@ -38,8 +38,7 @@ def html(summary: RunSummary, run_dir: Path) -> str:
     """The whole page as a string; every value escaped, every secret redacted."""
     body = [f"<h1>reprokit report</h1><p>{_text(verdict(summary))}</p>"]
     body += _results(summary.variants)
-    failing = [v for v in summary.variants if v.passed is False]
-    for variant in failing[:MAX_FIGURES]:
+    for variant in problems(summary)[:MAX_FIGURES]:  # known bugs are evidence too
         body += _variant(variant)
     body += _figures("Loss curves per backend", _loss_figures(summary.variants))
     errors = _error_figures(summary.variants)

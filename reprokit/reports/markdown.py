@@ -92,7 +92,7 @@ def markdown(summary: RunSummary, run_dir: Path, limit: int = GITHUB_BODY_LIMIT)
 
 def _markdown(summary: RunSummary, run_dir: Path, shown: list, budget: Budget) -> str:
     parts = ["## 🐛 Bug", "", *_bug(summary, shown), "", "## To Reproduce", ""]
-    parts += _reproduce(summary, run_dir, shown[: max(1, budget.scripts)] if budget.scripts else [])
+    parts += _reproduce(summary, run_dir, shown[: budget.scripts])
     for variant in shown[: budget.variants]:
         parts += variant_section(variant, budget.rows)
     parts += ["## Expected behavior", "", *_expected(shown or list(summary.variants)), ""]
