@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 FAULT_TEMPLATES = DATA / "reliability"  # faults.py.j2: a script that misbehaves as told
-ECHO_TEMPLATES = DATA / "templates"  # echo.py.j2: the template tests/test_fuzz.py fuzzes
+ECHO_TEMPLATES = DATA / "templates"  # echo.py.j2: the template tests/generate/test_fuzz.py fuzzes
 PYTHON = sys.executable
 
 
