@@ -1,7 +1,7 @@
 """Hostile case files and --set values through `reprokit render` (in process) and `reprokit run`.
 
-The generators are tests/generate/test_fuzz.py's (random TOML documents, byte mutations, random bytes,
-path tricks, Jinja that reaches for Python internals), plus targeted documents that pass the
+The generators are tests/generate/test_fuzz.py's (random TOML documents, byte mutations,
+random bytes, path tricks, Jinja that reaches for Python internals), plus targeted documents that pass the
 TOML parser and put one hostile value where the template will use it: huge and negative
 numbers, NUL bytes, long strings, path tricks in ``template`` and in matrix values (which name
 the run's folders). Every input must end in exit 0 or 2 (1 too for run: a variant failed) with
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from reliability_common import ECHO_TEMPLATES, FAULT_TEMPLATES, Figure, files_under, info, zero
 from typer.testing import CliRunner
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
-sys.path[:0] = [str(TESTS), str(TESTS / "generate")]  # test_fuzz, and the conftest it reads
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # test_fuzz's conftest
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "generate"))
 from test_fuzz import JINJA, TRICKS, as_bytes, documents, mutations
 
 from reprokit.cli import app
