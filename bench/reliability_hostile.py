@@ -1,9 +1,9 @@
 """Hostile case files and --set values through `reprokit render` (in process) and `reprokit run`.
 
-The generators are tests/generate/test_fuzz.py's (random TOML documents, byte mutations,
-random bytes, path tricks, Jinja that reaches for Python internals), plus targeted documents
-that pass the TOML parser and put one hostile value where the template will use it: huge and
-negative numbers, NUL bytes, long strings, path tricks in ``template`` and in matrix values (which name
+The generators are tests/generate/test_fuzz.py's (random TOML documents, byte mutations, random
+bytes, path tricks, Jinja that reaches for Python internals), plus targeted documents that pass
+the TOML parser and put one hostile value where the template will use it: huge and negative
+numbers, NUL bytes, long strings, path tricks in ``template`` and in matrix values (which name
 the run's folders). Every input must end in exit 0 or 2 (1 too for run: a variant failed) with
 no traceback and no file written but the output.
 """
