@@ -41,6 +41,9 @@ def test_seed_script_runs_every_stage_and_compares(tmp_path):
     assert (tmp_path / "w/dcp").is_dir()  # and CheckpointManager converted it
     train = json.loads((tmp_path / "w/train_multicore/result.json").read_text())
     assert len(train["metrics"]["train_loss"]) == 4  # the template's train_steps
+    xla = json.loads((tmp_path / "w/eval_spmd/result.json").read_text())["xla"]  # torch_xla's view
+    assert (xla["device_kind"], xla["devices"], xla["fallbacks"]) == ("CPU", 4, [])
+    assert xla["compile"]["count"] >= 1 and xla["execute"]["count"] >= 1
 
 
 def test_seed_script_exit_code_2_when_a_stage_fails(tmp_path):
