@@ -70,8 +70,13 @@ class LocalExecutor:
                 "XLA_SAVE_TENSORS_FILE": str(folder / "stages" / stage.name / "graphs.hlo"),
             }
         result = self.spawn(self._script(args), folder, stage.name, stage.backend, env, stop)
+        written = _result_json(folder / "stages" / stage.name)
+        if result.status is Status.INTERRUPTED and written is not None:
+            # result.json is a stage's last act: stopped while Python shut down, it had finished
+            reason = "stopped by the interrupt after it wrote its result.json"
+            result = replace(result, status=Status.OK, reason=reason)
         if result.status is Status.OK:
-            return replace(result, **_result_fields(folder / "stages" / stage.name))
+            return replace(result, **_result_fields(written or {}))
         return last_words(result, folder)
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
@@ -179,20 +184,19 @@ def _exception(lines: list[str]) -> str | None:
     return found[:300] if found else None
 
 
-def _result_fields(stage_dir: Path) -> dict[str, Any]:
-    """What a stage wrote into its result.json that its record keeps: the metrics, the
-    descriptions of its tensors (``"tensors": {name: {"op": ..., "source": ...}}``) and what
-    torch_xla saw (``"xla"``)."""
+def _result_json(stage_dir: Path) -> dict[str, Any] | None:
+    """The stage's result.json, or None when it has none (or half of one)."""
     try:
         data = json.loads((stage_dir / "result.json").read_text("utf-8"))
     except (OSError, ValueError):
-        return {}
-    data = data if isinstance(data, dict) else {}
-    found = {
-        "metrics": data.get("metrics"),
-        "described": data.get("tensors"),
-        "xla": data.get("xla"),
-    }
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _result_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """What of a stage's result.json its record keeps: the metrics, the descriptions of its
+    tensors (``"tensors": {name: {"op": ..., "source": ...}}``), what torch_xla saw."""
+    found = {key: data.get(name) for key, name in FIELDS.items()}
     return {k: v for k, v in found.items() if isinstance(v, dict)}
 
 
