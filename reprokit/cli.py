@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 import time
 import warnings
@@ -371,4 +372,9 @@ def wrap_(
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:  # the command is done and its exit code chosen: a late signal must not change it
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)

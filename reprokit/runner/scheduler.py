@@ -37,7 +37,15 @@ from reprokit.env import capture as capture_env
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Variant
 from reprokit.generate.render import render
-from reprokit.records import RunSummary, Stage, StageResult, Status, VariantResult, write_summary
+from reprokit.records import (
+    Environment,
+    RunSummary,
+    Stage,
+    StageResult,
+    Status,
+    VariantResult,
+    write_summary,
+)
 from reprokit.redact import redact_text
 from reprokit.runner import backends
 from reprokit.runner.dag import blocked
@@ -172,7 +180,15 @@ class _Summary:
         self.summary = RunSummary(now(), argv=argv, env=env, xla_device=xla_device)
         # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
         # and replaces the short one once done. No XLA probe: it could hold a TPU a stage needs.
-        self.capture = cf.ThreadPoolExecutor(1).submit(capture_env, probe_xla=False)
+        # A daemon thread: an interrupted run exits at once, not when collect_env is done.
+        self.capture: cf.Future[Environment] = cf.Future()
+        threading.Thread(target=self._capture, daemon=True, name="reprokit-env").start()
+
+    def _capture(self) -> None:
+        try:
+            self.capture.set_result(capture_env(probe_xla=False))
+        except BaseException as exc:  # kept, and the short capture stays in summary.json
+            self.capture.set_exception(exc)
 
     def add(self, index: int, result: VariantResult) -> None:
         self.finished[index] = result
@@ -221,9 +237,10 @@ class _Scheduler:
 
     def run(self) -> RunSummary:
         try:
-            with _signals_raise():
+            with _signals_raise():  # until the last write: the wait for the environment too
                 self.summary.write()
                 self._loop()
+                return self.summary.write(wait_env=True)
         except (KeyboardInterrupt, _Terminated):
             self._abandon()
             raise Interrupted(self.summary.write(interrupted=True)) from None
@@ -232,7 +249,6 @@ class _Scheduler:
             raise
         finally:
             self.pool.shutdown(wait=True)
-        return self.summary.write(wait_env=True)
 
     def _loop(self) -> None:
         while True:
