@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reprokit.records import Outcome, RunSummary, VariantResult
 from reprokit.redact import redact_text
+from reprokit.reports.bundle import ATTACHMENT_LIMIT
 from reprokit.reports.details import cell, collapsed, fenced, variant_section
 
 GITHUB_BODY_LIMIT = 65_536
@@ -102,6 +103,7 @@ def _markdown(summary: RunSummary, run_dir: Path, shown: list, budget: Budget) -
         parts += [summary.minimized.describe(), ""]
     if budget.result_rows:
         parts += _results_table(summary.variants, budget.result_rows)
+    parts += _too_large(run_dir, shown)
     parts += [f"Everything else is in `{BUNDLE}` (scripts, logs, results, environment)."]
     if budget.cut:
         cut = "; ".join(budget.cut.values())
@@ -181,6 +183,21 @@ def _environment(summary: RunSummary) -> list[str]:
     lines += ["", "| | |", "| --- | --- |"]
     lines += [f"| {cell(k)} | {cell(v)} |" for k, v in summary.env.rows()]
     return lines
+
+
+def _too_large(run_dir: Path, shown: list[VariantResult]) -> list[str]:
+    """Files a case brought beside its script (an exported program) too large to attach."""
+    lines = []
+    for variant in shown:
+        folder = Path(run_dir) / variant.label
+        brought = [p for p in folder.glob("*") if p.is_file() and p.name != "repro.py"]
+        for path in (p for p in brought if p.stat().st_size > ATTACHMENT_LIMIT):
+            lines.append(
+                f"`{variant.label}/{path.name}` ({path.stat().st_size / 1e6:.0f} MB) is over "
+                "GitHub's 25 MB attachment limit and not in the bundle: share it another way, "
+                "or capture again with `--random-inputs` and a smaller model or batch."
+            )
+    return [*lines, ""] if lines else []
 
 
 def _results_table(variants, rows: int) -> list[str]:

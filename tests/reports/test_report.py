@@ -274,3 +274,15 @@ def test_html_loads_in_headless_chromium_without_errors(small_run, tmp_path):
     assert errors == []
     assert all(url.startswith("file://") for url in requests)  # self-contained
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_a_program_too_large_to_attach_is_named_with_what_to_do(small_run):
+    with (small_run / "seed[default]" / "model.pt2").open("wb") as file:
+        file.truncate(26_000_000)  # sparse: 26 MB on paper, nothing on disk
+    write_reports(small_run, formats="md")
+    text = (small_run / "report.md").read_text()
+    assert "`seed[default]/model.pt2` (26 MB) is over GitHub's 25 MB attachment limit" in text
+    assert "--random-inputs" in text
+    with zipfile.ZipFile(small_run / "bundle.zip") as bundle:
+        assert "seed[default]/model.pt2" not in bundle.namelist()
+        assert "seed[default]/model.pt2" in bundle.read("LEFT_OUT.txt").decode()
