@@ -50,7 +50,13 @@ from reprokit.redact import redact_text
 from reprokit.runner import backends
 from reprokit.runner.dag import blocked
 from reprokit.runner.options import Options
-from reprokit.runner.stage import LocalExecutor, StageJob, StagesUnlisted, with_devices
+from reprokit.runner.stage import (
+    Executor,
+    LocalExecutor,
+    StageJob,
+    StagesUnlisted,
+    with_devices,
+)
 
 
 class Interrupted(Exception):
@@ -76,7 +82,7 @@ def run(
     options: Options | None = None,
     reporter: Reporter | None = None,
     argv: Iterable[str] = (),
-    executor: LocalExecutor | None = None,
+    executor: Executor | None = None,
 ) -> RunSummary:
     """Run ``variants`` into ``run_dir`` and return the summary (also in summary.json).
 
@@ -221,7 +227,7 @@ class _Scheduler:
         self,
         states: list[_State],
         options: Options,
-        executor: LocalExecutor,
+        executor: Executor,
         summary: _Summary,
         reporter: Reporter | None,
     ) -> None:

@@ -31,16 +31,21 @@ LIST_STAGES = "--list-stages"
 
 @dataclass(frozen=True)
 class StageJob:
-    """One stage of one variant: its script's folder, the stage, and the variant's params."""
+    """One stage of one variant: the folder of its script, and the stage."""
 
     folder: Path  # holds repro.py; the stage writes under stages/<name>/
     stage: Stage
 
 
 class Executor(Protocol):
-    """Runs one stage to its end; called from the scheduler's worker threads."""
+    """Runs one stage to its end, and asks a script for its stages; called from the
+    scheduler's worker threads. ``stop`` set: end the child now (an interrupt)."""
 
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult: ...
+
+    def list_stages(
+        self, folder: Path, stop: threading.Event
+    ) -> tuple[StageResult, list[Stage]]: ...
 
 
 class StagesUnlisted(Exception):
