@@ -1,7 +1,7 @@
 """Checkpoint readers: every format read lazily, by dotted name, and never running its code.
 
 Formats that need torch_xla (xser, CheckpointManager under SPMD) are written by a subprocess in
-tests/test_diff_cli.py; here everything is written in-process with plain torch.
+tests/comparison/test_diff_cli.py; here everything is written in-process with plain torch.
 """
 
 from __future__ import annotations
