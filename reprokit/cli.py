@@ -43,6 +43,13 @@ TemplatesOpt = Annotated[
     list[Path], typer.Option("--templates", help="a folder of your own templates (wins)")
 ]
 SetOpt = Annotated[list[str], typer.Option("--set", help="override a parameter: KEY=VALUE")]
+RunDirOpt = Annotated[
+    Path | None, typer.Option("-o", "--output", help="the run folder", show_default="runs/<time>")
+]
+XlaDeviceOpt = Annotated[
+    str | None,
+    typer.Option("--xla-device", help="CPU, TPU or CUDA", show_default="TPU if any, else CPU"),
+]
 
 
 def reports_errors(command):
@@ -163,17 +170,13 @@ def env_(
 def run_(
     case: Annotated[list[str] | None, typer.Argument(help="case names or .toml paths")] = None,
     n: Annotated[str, typer.Option("-n", help="stages at once: N or auto (one per CPU)")] = "1",
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="the run folder [default: runs/<time>]")
-    ] = None,
+    output: RunDirOpt = None,
     keyword: Annotated[
         str | None, typer.Option("-k", help="variants whose label matches, e.g. 'spmd and not x'")
     ] = None,
     set_: SetOpt = [],  # noqa: B006
     timeout: Annotated[float, typer.Option("--timeout", help="seconds per stage")] = TIMEOUT,
-    xla_device: Annotated[
-        str | None, typer.Option("--xla-device", help="CPU, TPU or CUDA [default: TPU if any]")
-    ] = None,
+    xla_device: XlaDeviceOpt = None,
     dump_hlo: Annotated[
         bool, typer.Option("--dump-hlo", help="XLA stages save their graphs as HLO text")
     ] = False,
@@ -182,7 +185,8 @@ def run_(
 ) -> None:
     """Render and run cases (all of them by default), in parallel; write RUN_DIR/summary.json.
 
-    Exit 0: every variant ended as its case expects; 1: some did not; 130: interrupted.
+    Exit 0: every variant ended as its case expects; 1: some did not; 2: bad input;
+    130: interrupted.
     """
     found = reprokit.load_cases(case or [], sets=parse_sets(set_), cases=cases, templates=templates)
     chosen = select(found, keyword, lambda v: v.label)
@@ -283,7 +287,7 @@ def minimize_(
         "minimized"
     ),
     timeout: Annotated[float, typer.Option("--timeout", help="seconds per stage")] = TIMEOUT,
-    xla_device: Annotated[str | None, typer.Option("--xla-device", help="CPU, TPU or CUDA")] = None,
+    xla_device: XlaDeviceOpt = None,
     cases: CasesOpt = [],  # noqa: B006
     templates: TemplatesOpt = [],  # noqa: B006
 ) -> None:
@@ -346,16 +350,12 @@ def capture_(
 @reports_errors
 def wrap_(
     command: Annotated[list[str], typer.Argument(help="the command: -- python train.py ARGS")],
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="the run folder [default: runs/<time>]")
-    ] = None,
+    output: RunDirOpt = None,
     dump_hlo: Annotated[
         bool, typer.Option("--dump-hlo", help="save XLA's graphs as HLO text")
     ] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds it may run")] = TIMEOUT,
-    xla_device: Annotated[
-        str | None, typer.Option("--xla-device", help="CPU, TPU or CUDA [default: TPU if any]")
-    ] = None,
+    xla_device: XlaDeviceOpt = None,
 ) -> None:
     """Your own script under torch_xla's debug settings, as one stage of a run that
     `reprokit report` turns into an issue; the exit code is the script's."""

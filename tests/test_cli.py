@@ -106,3 +106,11 @@ def test_wheel_carries_builtin_templates_and_cases(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "def train_multicore" in result.stdout
+
+
+def test_help_shows_the_defaults_and_exit_codes(cli):
+    result = cli("run", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())  # the table wraps lines
+    assert "[default: (runs/<time>)]" in text and "[default: (TPU if any, else CPU)]" in text
+    assert "2: bad input" in text and "130: interrupted" in text

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.errors import ReprokitError
-from reprokit.generate.templates import Template, builtin_dir, find_template
+from reprokit.generate.templates import Template, builtin_dir, did_you_mean, find_template
 from reprokit.records import Outcome
 
 if TYPE_CHECKING:
@@ -139,8 +139,9 @@ def _find_case(selector: str, dirs: list[Path]) -> Path:
     for folder in dirs:
         if re.fullmatch(r"[\w.-]+", selector) and (folder / f"{selector}.toml").is_file():
             return folder / f"{selector}.toml"
+    names = {path.stem for folder in dirs for path in folder.glob("*.toml")}
     raise ReprokitError(
-        f"unknown case {selector!r}",
+        f"unknown case {selector!r}{did_you_mean(selector, sorted(names))}",
         hint=f"Give a .toml path or a case name from {', '.join(map(str, dirs))} "
         "(`reprokit list` shows them); add a folder with --cases.",
     )

@@ -16,6 +16,7 @@ Reading the declarations needs only the standard library: listing never imports 
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -137,12 +138,19 @@ def find_template(name: str, extra: Iterable[Path] = ()) -> Template:
         for folder in dirs:
             if (folder / f"{name}{SUFFIX}").is_file():
                 return load_template(folder / f"{name}{SUFFIX}")
-    known = ", ".join(t.name for t in list_templates(extra))
+    names = [t.name for t in list_templates(extra)]
+    known = ", ".join(names)
     raise ReprokitError(
-        f"unknown template {name!r}",
+        f"unknown template {name!r}{did_you_mean(name, names)}",
         hint=f"Known templates: {known}. A template is a name (no path) of a "
         f"<name>{SUFFIX} file in {', '.join(map(str, dirs))}; add a folder with --templates.",
     )
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean xser_to_spmd?`` when a known name is close (difflib), else nothing."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 @cache

@@ -141,3 +141,15 @@ def test_builtin_cases_load_and_validate():
         "module_forward[mlp]",
     ]
     assert all(v.template.path.is_file() for v in found)
+
+
+def test_an_unknown_name_suggests_the_closest(cli, write_case):
+    result = cli("render", "xser_to_spdm")
+    assert result.exit_code == 2
+    assert "unknown case 'xser_to_spdm'; did you mean xser_to_spmd" in result.stderr
+    assert "`reprokit list` shows them" in result.stderr
+    result = cli("render", write_case('[case]\ntitle = "t"\ntemplate = "module_foward"\n'))
+    assert result.exit_code == 2
+    assert "unknown template 'module_foward'; did you mean module_forward?" in result.stderr
+    result = cli("render", "zzz_nothing_like_it")
+    assert "did you mean" not in result.stderr  # no suggestion when nothing is close
