@@ -139,12 +139,15 @@ def render_(
     templates: TemplatesOpt = [],  # noqa: B006
 ) -> None:
     """The standalone script of one case (pin a matrix with --set)."""
-    script = reprokit.render(_one_variant(case, set_, cases, templates), templates=templates)
+    variant = _one_variant(case, set_, cases, templates)
+    script = reprokit.render(variant, templates=templates)
     if output is None:
         typer.echo(script, nl=False)
         return
     output.write_text(script, encoding="utf-8")
-    err.print(f"wrote {output} ({script.count(chr(10))} lines)", highlight=False)
+    beside = [path.name for path in variant.copy_files(output.parent)]  # the script opens them
+    also = f", and {', '.join(beside)} beside it" if beside else ""
+    err.print(f"wrote {output} ({script.count(chr(10))} lines){also}", highlight=False)
 
 
 @app.command("env")

@@ -297,8 +297,7 @@ def _write(search: Search, stopped: str, seconds: float) -> MinimizeResult:
         summary = summary.with_variants([result])
     for folder in folders:
         (folder / "repro.py").write_text(after, encoding="utf-8")
-        for name, source in minimal.files.items():
-            shutil.copyfile(source, folder / name)
+        minimal.copy_files(folder)
     (out_dir / "minimal.toml").write_text(_case_toml(minimal, search.target), encoding="utf-8")
     write_summary(summary, out_dir)
     return found

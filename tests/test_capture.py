@@ -12,7 +12,6 @@ import importlib.util
 import io
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -34,8 +33,7 @@ def render_case(case: Path, out: Path, **params) -> Path:
     """The case's script in ``out`` with its program beside it, as the runner lays them out."""
     variant = variants(load_case(case), params)[0]
     out.mkdir(parents=True)
-    for name, path in variant.files.items():
-        shutil.copy(path, out / name)
+    variant.copy_files(out)
     (out / "repro.py").write_text(render(variant), encoding="utf-8")
     return out / "repro.py"
 
@@ -303,3 +301,12 @@ def test_run_and_report_name_the_first_diverging_operation(captured, tmp_path):
     page = (tmp_path / "run" / "report.html").read_text()
     plots = page.split("<h2>Error against float64, operation by operation</h2>")[1]
     assert plots.startswith("<figure><svg")
+
+
+def test_render_puts_the_program_beside_the_script(cli, tmp_path):
+    result = cli("render", "captured_cnn_bf16", "-o", tmp_path / "repro.py")
+    assert result.exit_code == 0, result.output
+    assert "and captured_cnn_bf16.pt2 beside it" in result.stderr
+    shipped = Path(__file__).parents[1] / "cases" / "captured_cnn_bf16.pt2"
+    assert (tmp_path / "captured_cnn_bf16.pt2").read_bytes() == shipped.read_bytes()
+    check_program(tmp_path / "captured_cnn_bf16.pt2")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
+import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +104,13 @@ class Variant:
         kinds = self.template.params
         named = (v for k, v in self.params.items() if kinds[k].type == "file" and v)
         return {Path(v).name: Path(v) for v in named}
+
+    def copy_files(self, folder: Path) -> list[Path]:
+        """Put the files its ``file`` parameters name into ``folder``, beside its script."""
+        copied = [Path(folder) / name for name in self.files]
+        for target, source in zip(copied, self.files.values(), strict=True):
+            shutil.copyfile(source, target)
+        return copied
 
     def script_params(self) -> dict[str, Any]:
         """The parameters as the script sees them: a file by its name (it lies beside it)."""

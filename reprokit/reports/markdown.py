@@ -153,7 +153,7 @@ def _expected(variants: list[VariantResult]) -> list[str]:
     lines = []
     for v in variants[:10]:
         if v.expected is Outcome.MATCH:
-            tolerances = sorted({(c.rtol, c.atol) for c in v.comparisons if c.shape})
+            tolerances = sorted({(c.rtol, c.atol) for c in v.comparisons if c.shape is not None})
             within = ", ".join(f"rtol={r:g}, atol={a:g}" for r, a in tolerances[:3])
             text = "every stage ends well and agrees with its reference stage"
             text += f" within {within}" if within else ""

@@ -171,8 +171,7 @@ def _prepare(index: int, variant: Variant, run_dir: Path, options: Options) -> _
     shutil.rmtree(folder / "stages", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "repro.py").write_text(script, encoding="utf-8")
-    for name, source in variant.files.items():
-        shutil.copyfile(source, folder / name)
+    variant.copy_files(folder)
     return _State(index, variant, folder)
 
 
