@@ -1,7 +1,7 @@
 """Reliability and safety, with figures: hostile inputs, faults, interrupts, untrusted artifacts,
 secrets and load, each measured in this run (issue 7).
 
-    .venv/bin/python bench/reliability.py [--quick] [--seed N]
+    .venv/bin/python bench/reliability.py [--quick] [--seed N] [--only SECTION]
 
 A bug-report kit runs strangers' case files, checkpoints and crashing accelerator code: it must
 keep working, lose nothing and leak nothing. Each check below returns figures (name, value,
@@ -22,14 +22,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reliability_common import Figure, table
 from reliability_hostile import hostile_render, hostile_run
-from reliability_runs import EXPECTED, faults, interrupts, load
+from reliability_runs import EXPECTED, faults, interrupts, load, test_points
 from reliability_safety import artifacts, secrets
 
 FULL = {
     "render": 3000,
     "run": 40,
     "flood_mb": 1024,
-    "interrupts": 30,
+    "interrupts": 100,
     "garbage": 500,
     "load": (20, 200),
 }
@@ -41,6 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, as in the tests")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--only", metavar="SECTION", help="run one section, e.g. interrupts")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     rng = random.Random(args.seed)
@@ -57,11 +58,14 @@ def main() -> None:
                 "interrupts",
                 lambda: interrupts(root / "interrupts", sizes["interrupts"], rng),
             ),
+            ("test points", lambda: test_points(root / "points")),
             ("untrusted artifacts", lambda: artifacts(root / "artifacts", sizes["garbage"])),
             ("secrets", lambda: secrets(root / "secrets")),
             ("load", lambda: load(root / "load", sizes["load"])),
         ]
         for title, step in steps:
+            if args.only and args.only != title:
+                continue
             began = time.monotonic()
             found = step()
             print(f"{title}: {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)

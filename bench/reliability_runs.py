@@ -29,6 +29,7 @@ from reliability_common import (
 )
 
 from reprokit.generate.cases import load_variants
+from reprokit.pause import POINTS
 from reprokit.records import read_summary
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
@@ -155,18 +156,25 @@ def _finished_on_disk(run_dir: Path) -> set[str]:
     return done
 
 
-def _one_interrupt(folder: Path, case: Path, delay: float, signum: int) -> dict:
-    """Start `reprokit run`, signal it after ``delay`` seconds, judge what it left."""
-    run_dir = folder / "run"
+def _one_interrupt(
+    folder: Path, case: Path, delay: float, signum: int, pause: str | None = None
+) -> dict:
+    """Start `reprokit run`, signal it after ``delay`` seconds, or once it holds still at the
+    test point ``pause`` (reprokit/pause.py), and judge what it left."""
+    run_dir, marker = folder / "run", folder / "paused"
     command = [PYTHON, "-m", "reprokit", "run", str(case), "-n", "2", "-o", str(run_dir)]
     command += ["--templates", str(FAULT_TEMPLATES), "--timeout", "120"]
+    env = dict(os.environ, REPROKIT_PAUSE=f"{pause}:{marker}") if pause else None
     child = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
     )
-    time.sleep(delay)
+    paused = _held(marker, child) if pause else bool(time.sleep(delay))
     child.send_signal(signum)
+    if paused:  # a worker thread holds still until the marker goes; the main thread does not
+        time.sleep(0.2)
+        marker.unlink()
     code = child.wait(timeout=300)
-    judged = {"code": code, "unreadable": 0, "lost": 0, "report": None, "started": False}
+    judged = {"code": code, "unreadable": 0, "lost": 0, "report": None, "paused": paused}
     judged["started"] = any(run_dir.glob("*/stages"))
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
@@ -182,15 +190,51 @@ def _one_interrupt(folder: Path, case: Path, delay: float, signum: int) -> dict:
     return judged
 
 
+def _held(marker: Path, child: subprocess.Popen, limit: float = 120) -> bool:
+    """Wait until the run writes its pid into ``marker``: it holds still at its test point."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and child.poll() is None:
+        if marker.exists() and marker.read_text().endswith("\n"):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def paused_interrupt(folder: Path, point: str, signum: int) -> dict:
+    """One run of 3 variants signalled while it holds still at the test point ``point``;
+    the judgement, with the processes it left behind under "orphans"."""
+    pids = folder / "pids"
+    pids.mkdir(parents=True)
+    text = INTERRUPT_CASE.format(pids=pids, indices=[0, 1, 2]).replace("nap = 0.3", "nap = 0.1")
+    judged = _one_interrupt(folder, case_file(folder, "interrupts", text), 0, signum, point)
+    judged["orphans"] = orphans(pids, folder / "run")
+    return judged
+
+
+def test_points(folder: Path) -> list[Figure]:
+    """A signal at each test point of reprokit/pause.py, each of SIGINT, SIGTERM, SIGHUP."""
+    wrong = []
+    for point in POINTS:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            judged = paused_interrupt(folder / f"{point}-{signum}", point, signum)
+            ok = judged["paused"] and judged["code"] == 130 and judged["report"] == 0
+            if not ok or judged["lost"] or judged["unreadable"] or judged["orphans"]:
+                wrong.append(f"{point} {signal.Signals(signum).name}: {judged}")
+    figures = [info("signals sent at test points", len(POINTS) * 3)]
+    figures.append(zero("  not 130, lost, unreadable or orphaned", len(wrong)))
+    return figures + [Figure(f"  {line}", "", "", False) for line in wrong]
+
+
 def interrupts(folder: Path, count: int, rng: random.Random) -> list[Figure]:
-    """``count`` runs of 8 variants, each stopped by SIGINT or SIGTERM at a random moment."""
+    """``count`` runs of 8 variants, each stopped by SIGINT, SIGTERM or SIGHUP at a random
+    moment."""
     folder.mkdir(parents=True, exist_ok=True)
     results, pids = [], folder / "pids"
     pids.mkdir()
     text = INTERRUPT_CASE.format(pids=pids, indices=list(range(8)))
     case = case_file(folder, "interrupts", text)
     for n in range(count):
-        signum = rng.choice([signal.SIGINT, signal.SIGTERM])
+        signum = rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
         results.append(_one_interrupt(folder / f"{n}", case, rng.uniform(0.2, 9.0), signum))
     codes = sorted({r["code"] for r in results})
     # A signal that comes while Python still imports reprokit ends it the default way (-15):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import signal
 import sys
 import time
 import warnings
@@ -23,7 +22,7 @@ from reprokit.generate.templates import list_templates
 from reprokit.minimize import minimize
 from reprokit.records import Comparison, DiffSummary
 from reprokit.reports.markdown import verdict
-from reprokit.runner import backends, progress
+from reprokit.runner import backends, progress, signals
 from reprokit.runner.keywords import select
 from reprokit.runner.options import TIMEOUT, Options, default_run_dir, jobs
 
@@ -53,7 +52,8 @@ XlaDeviceOpt = Annotated[
 
 
 def reports_errors(command):
-    """Bad input ends in one message and exit code 2; a traceback only with --debug."""
+    """Bad input ends in one message and exit code 2; a traceback only with --debug. A signal
+    (Ctrl-C, SIGTERM, SIGHUP: each raises KeyboardInterrupt) ends the command with 130."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -64,6 +64,8 @@ def reports_errors(command):
                 raise
             err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # what a command does not catch itself: nothing to keep
+            raise typer.Exit(130) from None
 
     return wrapper
 
@@ -210,11 +212,10 @@ def run_(
             summary = reprokit.run(
                 chosen, run_dir=run_dir, options=options, reporter=shown, argv=sys.argv
             )
-    except reprokit.Interrupted as stopped:
+        signals.ignore()  # summary.json is whole and the exit code decided
+    except reprokit.Interrupted as stopped:  # the first signal left the others ignored
         line = progress.closing_line(stopped.summary, run_dir, time.monotonic() - start)
         out.print(line, highlight=False)
-        raise typer.Exit(130) from None
-    except KeyboardInterrupt:  # before any stage started: nothing to keep
         raise typer.Exit(130) from None
     out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
     raise typer.Exit(1 if summary.count(False) else 0)
@@ -375,9 +376,8 @@ def wrap_(
 
 
 def main() -> None:
+    signals.install()  # SIGTERM and SIGHUP stop a command as Ctrl-C does: exit 130
     try:
         app()
     finally:  # the command is done and its exit code chosen: a late signal must not change it
-        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-            if hasattr(signal, name):
-                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        signals.ignore()

@@ -13,8 +13,10 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,11 +24,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import reliability_runs as runs
 import reliability_safety as safety
-from reliability_common import FAULT_TEMPLATES, Figure, table
+from reliability_common import FAULT_TEMPLATES, Figure, orphans, table
 from reliability_hostile import hostile_render, hostile_run
 
 import reprokit.runner.scheduler as run_module
 from reprokit.generate.cases import load_variants
+from reprokit.pause import POINTS
+from reprokit.records import read_summary
 from reprokit.redact import MARKER, is_secret_name, redact_text
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted, run
@@ -216,3 +220,74 @@ def test_a_very_long_template_name_is_bad_input(cli, tmp_path):
     result = cli("render", case, "--templates", FAULT_TEMPLATES)
     assert result.exit_code == 2, (result.output, result.exception)
     assert str(case) in result.stderr
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=str)
+def test_a_signal_at_each_test_point_exits_130_and_keeps_every_finished_variant(
+    tmp_path, point, signum
+):
+    judged = runs.paused_interrupt(tmp_path, point, signum)
+    assert judged["paused"], f"the run never reached {point}"
+    assert judged["code"] == 130
+    assert not judged["unreadable"] and judged["report"] == 0
+    assert judged["lost"] == 0
+    assert judged["orphans"] == []
+
+
+def test_no_stage_outlives_a_sigkilled_run(tmp_path):
+    """The OOM killer, or kill -9: the watchdog kills the stages' groups, grandchild too."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    case = tmp_path / "killed.toml"
+    case.write_text(
+        f'[case]\ntitle = "t"\ntemplate = "faults"\n[params]\npids = "{pids}"\n'
+        '[matrix]\nmode = ["grandchild", "hang"]\n'
+    )
+    command = [sys.executable, "-m", "reprokit", "run", str(case), "-n", "2"]
+    command += ["-o", str(tmp_path / "run"), "--templates", str(FAULT_TEMPLATES)]
+    harness = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list(pids.glob("*grandchild"))) < 1 or len(list(pids.glob("*.second.*"))) < 2:
+        assert time.monotonic() < deadline and harness.poll() is None
+        time.sleep(0.05)
+    harness.kill()
+    harness.wait()
+    deadline = time.monotonic() + 5
+    while orphans(pids, tmp_path / "run") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert orphans(pids, tmp_path / "run") == []
+
+
+@pytest.mark.parametrize("tool", ["minimize", "pytest"])
+def test_minimize_and_the_plugin_stop_on_a_signal_and_leave_no_stage(tmp_path, tool):
+    """The same guarantees as `reprokit run`: a readable folder, no process left behind."""
+    pids, marker, out = tmp_path / "pids", tmp_path / "paused", tmp_path / "out"
+    pids.mkdir()
+    case = tmp_path / "hangs.toml"
+    case.write_text(
+        f'[case]\ntitle = "t"\ntemplate = "faults"\n[params]\npids = "{pids}"\nmode = "hang"\n'
+    )
+    if tool == "minimize":
+        command = ["-m", "reprokit", "minimize", str(case), "-o", str(out)]
+        command += ["--templates", str(FAULT_TEMPLATES)]
+    else:
+        (tmp_path / "pytest.ini").write_text("[pytest]\n")
+        command = ["-m", "pytest", "-p", "no:cacheprovider", f"--rootdir={tmp_path}", str(case)]
+        command += [f"--reprokit-templates={FAULT_TEMPLATES}", f"--reprokit-run-dir={out}"]
+    env = dict(os.environ, REPROKIT_PAUSE=f"stage-started:{marker}")
+    child = subprocess.Popen(
+        [sys.executable, *command], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert runs._held(marker, child)
+    child.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    marker.unlink()
+    output = child.communicate(timeout=120)[0]
+    assert child.returncode == (130 if tool == "minimize" else 2), output
+    if tool == "minimize":
+        assert read_summary(out).minimized.stopped == "interrupted"
+    else:
+        (summary,) = out.rglob("summary.json")
+        assert read_summary(summary.parent).interrupted
+    assert orphans(pids, out) == []

@@ -12,6 +12,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from reprokit.pause import pause
+
 
 def from_json(cls: type, data: Mapping[str, Any], **convert: Any) -> Any:
     """``cls(**data)`` for the fields ``cls`` has (newer files may hold more), converted."""
@@ -42,6 +44,7 @@ def write_json(path: Path, data: Any) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
             file.write(text)
+        pause(f"replacing-{path.name}")
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)

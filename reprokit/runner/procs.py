@@ -5,7 +5,8 @@ are kept, the middle is cut with a note); the child leads its own process group,
 timeout or an interrupt stops it *and* everything it started (``xmp.spawn`` workers, a
 grandchild that ignores SIGTERM): SIGTERM to the group, a grace period, then SIGKILL to the
 group. The group is killed even when the child exits by itself, so that no process of a stage
-outlives it. Then the ending is classified: ok, error, crash (with the signal's name), timeout.
+outlives it, and a watchdog kills it should this process die first (``watchdog.py``). Then the
+ending is classified: ok, error, crash (with the signal's name), timeout.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
+from reprokit.pause import pause
 from reprokit.records import Status
+from reprokit.runner.watchdog import WATCHDOG
 
 LOG_CAP = 512 * 1024  # bytes kept of each log: the first half and the last half
 GRACE = 3.0  # seconds between SIGTERM and SIGKILL
@@ -101,34 +104,70 @@ def run_process(
         cwd=cwd,
         start_new_session=True,  # its own process group: we can kill all it starts
     )
+    assert proc.stdout is not None and proc.stderr is not None
+    child = _Popened(proc)
+    return supervise(
+        child, (proc.stdout, proc.stderr), stdout, stderr, start, timeout, stop, log_cap, grace
+    )
+
+
+class Child(Protocol):
+    """A process that leads its own group and whose ending we learn: a child of ours
+    (:class:`_Popened`), or one a warm-start server forked for us."""
+
+    pid: int
+
+    def exited(self) -> bool:
+        """Whether it has exited, without reaping it: its pid, the group's id, stays ours."""
+
+    def wait(self) -> int:
+        """Reap it; the return code as Popen gives it (-N: killed by signal N)."""
+
+
+def supervise(
+    child: Child,
+    pipes: tuple[IO[bytes], IO[bytes]],
+    stdout: Path,
+    stderr: Path,
+    start: float,
+    timeout: float | None = None,
+    stop: threading.Event | None = None,
+    log_cap: int = LOG_CAP,
+    grace: float = GRACE,
+) -> Ended:
+    """Drive a started ``child`` to its end: its output into capped logs, its timeout, a stop;
+    then its whole group killed, and the ending classified."""
+    WATCHDOG.watch(child.pid)
     logs = {stdout.name: _CappedLog(stdout, log_cap), stderr.name: _CappedLog(stderr, log_cap)}
-    pipes = _Pipes({proc.stdout: logs[stdout.name], proc.stderr: logs[stderr.name]})
+    reader = _Pipes({pipes[0]: logs[stdout.name], pipes[1]: logs[stderr.name]})
     why: Status | None = None
     try:
-        why = _wait(proc, pipes, start, timeout, stop)
+        pause("stage-started")
+        why = _wait(child, reader, start, timeout, stop)
         if why is not None:  # ask politely, then insist
-            _signal_group(proc.pid, signal.SIGTERM)
-            _wait(proc, pipes, time.monotonic(), grace, None)
+            _signal_group(child.pid, signal.SIGTERM)
+            _wait(child, reader, time.monotonic(), grace, None)
     finally:
         # The leader is not reaped yet, so its group id cannot have been reused.
-        _signal_group(proc.pid, signal.SIGKILL)
-        returncode = proc.wait()
-        _wait_group_gone(proc.pid, grace)
-        pipes.drain(_DRAIN)
+        _signal_group(child.pid, signal.SIGKILL)
+        returncode = child.wait()
+        _wait_group_gone(child.pid, grace)
+        WATCHDOG.forget(child.pid)
+        reader.drain(_DRAIN)
         cut = tuple(name for name, log in logs.items() if log.close())
     seconds = round(time.monotonic() - start, 3)
     return Ended(*_classify(returncode, why), seconds, cut)
 
 
 def _wait(
-    proc: subprocess.Popen[bytes],
+    child: Child,
     pipes: _Pipes,
     start: float,
     timeout: float | None,
     stop: threading.Event | None,
 ) -> Status | None:
     """Read the pipes until the child has exited (None), timed out, or was told to stop."""
-    while not _exited(proc):
+    while not child.exited():
         if stop is not None and stop.is_set():
             return Status.INTERRUPTED
         if timeout is not None and time.monotonic() - start > timeout:
@@ -137,19 +176,28 @@ def _wait(
     return None
 
 
-def _exited(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether the child has exited, without reaping it (its pid stays ours until we do).
+@dataclass
+class _Popened:
+    """A child we started with Popen."""
 
-    Unreaped, its pid cannot be reused, so the final SIGKILL can only reach its own group.
-    Where there is no waitid (macOS), poll() reaps it: a tiny window for pid reuse remains.
-    """
-    if not hasattr(os, "waitid"):
-        return proc.poll() is not None
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def exited(self) -> bool:
+        """Where there is no waitid (macOS), poll() reaps it: a tiny window for pid reuse."""
+        if not hasattr(os, "waitid"):
+            return self.proc.poll() is not None
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def wait(self) -> int:
+        return self.proc.wait()
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -8,24 +8,22 @@ stage that names a reference, and writes summary.json as each variant finishes.
 One thread (the caller's) schedules; a pool of ``jobs`` threads each drives one child process.
 A stage starts as soon as the stages it needs are done and a slot is free, so independent
 stages of one variant run side by side; a stage on an exclusive accelerator waits until no
-other stage holds that device. A failing variant never stops the others. Ctrl-C or SIGTERM
-stops every child (its whole process group), keeps what finished, and raises
-:class:`Interrupted`.
+other stage holds that device. A failing variant never stops the others. Ctrl-C, SIGTERM or
+SIGHUP stops every child (its whole process group), keeps what finished, and raises
+:class:`Interrupted` (``signals.py`` says how no second signal can cut that short).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import datetime
 import enum
 import functools
 import importlib
 import shutil
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +35,7 @@ from reprokit.env import capture as capture_env
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Variant
 from reprokit.generate.render import render
+from reprokit.pause import pause
 from reprokit.records import (
     Environment,
     RunSummary,
@@ -47,7 +46,7 @@ from reprokit.records import (
     write_summary,
 )
 from reprokit.redact import redact_text
-from reprokit.runner import backends
+from reprokit.runner import backends, signals
 from reprokit.runner.dag import blocked
 from reprokit.runner.options import Options
 from reprokit.runner.stage import (
@@ -160,7 +159,9 @@ class _State:
 
     def verdict(self) -> VariantResult:
         seconds = time.monotonic() - self.start
-        return verdict(self.variant, self.stages, self.results, self.folder, seconds, self.reason)
+        found = verdict(self.variant, self.stages, self.results, self.folder, seconds, self.reason)
+        pause("verdict-computed")
+        return found
 
 
 def _prepare(index: int, variant: Variant, run_dir: Path, options: Options) -> _State:
@@ -201,6 +202,7 @@ class _Summary:
 
     def write(self, *, interrupted: bool = False, wait_env: bool = False) -> RunSummary:
         if wait_env:
+            pause("waiting-env")
             cf.wait([self.capture])
         changes: dict[str, Any] = {"finished": now(), "interrupted": interrupted}
         if self.capture.done() and self.capture.exception() is None:
@@ -209,10 +211,6 @@ class _Summary:
         self.summary = self.summary.with_variants(variants, **changes)
         write_summary(self.summary, self.run_dir)
         return self.summary
-
-
-class _Terminated(Exception):
-    """SIGTERM or SIGHUP, turned into an exception in the scheduling thread."""
 
 
 class _Scheduler:
@@ -242,11 +240,13 @@ class _Scheduler:
 
     def run(self) -> RunSummary:
         try:
-            with _signals_raise():  # until the last write: the wait for the environment too
+            with signals.raising():  # until the last write: the wait for the environment too
                 self.summary.write()
                 self._loop()
-                return self.summary.write(wait_env=True)
-        except (KeyboardInterrupt, _Terminated):
+                summary = self.summary.write(wait_env=True)
+                pause("run-done")
+                return summary
+        except KeyboardInterrupt:
             self._abandon()
             raise Interrupted(self.summary.write(interrupted=True)) from None
         except BaseException:
@@ -262,15 +262,16 @@ class _Scheduler:
             if not self.inflight:
                 return
             done, _ = cf.wait(self.inflight, timeout=0.5, return_when=cf.FIRST_COMPLETED)
-            for future in done:
-                self.inflight.pop(future)(future)
+            for future in done:  # forgotten only once handled: a signal meanwhile leaves
+                self.inflight[future](future)  # it to _abandon, which hands it on again
+                del self.inflight[future]
 
     def _abandon(self) -> None:
         """Stop every child (the threads driving them kill their groups), wait for them, and
         keep what finished: a verdict that came meanwhile, and the verdict of every variant
         whose stages had all ended by themselves before the stop."""
         self.stop.set()
-        with _sigint_ignored():
+        with signals.ignored():
             cf.wait(self.inflight)
             for future, then in list(self.inflight.items()):
                 if future.exception() is None:
@@ -352,6 +353,7 @@ class _Scheduler:
         return self._submit(lambda: self.executor.run_stage(job, self.stop), then)
 
     def _judged(self, state: _State, result: VariantResult) -> None:
+        pause("variant-judged")
         self.summary.add(state.index, result)
         if self.reporter:
             self.reporter.variant_finished(result)
@@ -366,44 +368,3 @@ def _prewarm_compare() -> None:
     threading.Thread(
         target=importlib.import_module, args=("reprokit.comparison.tensors",), daemon=True
     ).start()
-
-
-_STOPPING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """SIGTERM, and SIGHUP (a closed terminal), stop the run like Ctrl-C does.
-
-    The children lead their own sessions, so no signal of ours reaches them: without this,
-    a closed terminal would leave them running. Only the main thread may set handlers.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise _Terminated
-
-    with _handlers(_STOPPING, handler):
-        yield
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """A second Ctrl-C must not cut the cleanup short and leave children behind."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    with _handlers((signal.SIGINT, *_STOPPING), signal.SIG_IGN):
-        yield
-
-
-@contextlib.contextmanager
-def _handlers(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
-    previous = {signum: signal.signal(signum, handler) for signum in signals}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reprokit.errors import ReprokitWarning
+from reprokit.pause import pause
 from reprokit.records import Stage, StageResult, Status
 from reprokit.redact import redact_file, secret_values
 from reprokit.runner import backends
@@ -75,6 +76,7 @@ class LocalExecutor:
                 "XLA_SAVE_TENSORS_FILE": str(folder / "stages" / stage.name / "graphs.hlo"),
             }
         result = self.spawn(self._script(args), folder, stage.name, stage.backend, env, stop)
+        pause("stage-ended")
         written = _result_json(folder / "stages" / stage.name)
         if result.status is Status.INTERRUPTED and written is not None:
             # result.json is a stage's last act: stopped while Python shut down, it had finished
