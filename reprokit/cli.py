@@ -185,6 +185,10 @@ def run_(
     dump_hlo: Annotated[
         bool, typer.Option("--dump-hlo", help="XLA stages save their graphs as HLO text")
     ] = False,
+    no_cache: Annotated[
+        bool,
+        typer.Option("--no-cache", help="run every stage, even those whose inputs did not change"),
+    ] = False,
     cases: CasesOpt = [],  # noqa: B006
     templates: TemplatesOpt = [],  # noqa: B006
 ) -> None:
@@ -204,6 +208,7 @@ def run_(
         xla_device=backends.xla_device(xla_device),
         templates=tuple(templates),
         dump_hlo=dump_hlo,
+        cache=not no_cache,
     )
     run_dir = output or default_run_dir()
     start = time.monotonic()

@@ -14,6 +14,15 @@ DATA = Path(__file__).parent / "data"
 TEST_TEMPLATES = DATA / "templates"
 
 
+@pytest.fixture(autouse=True)
+def results_cache(tmp_path_factory, monkeypatch):
+    """Each test its own results cache: a stage a test expects to run is never one another
+    test ran (tests of the cache itself share one within the test)."""
+    folder = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("REPROKIT_CACHE", str(folder))
+    return folder
+
+
 @pytest.fixture
 def cli():
     """Invoke ``reprokit ARGS``; returns typer's Result (exit_code, stdout, stderr)."""

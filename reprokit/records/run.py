@@ -84,6 +84,7 @@ class StageResult:
     xla: dict[str, Any] | None = None  # what torch_xla saw: devices, compilations, fallbacks
     error: str | None = None  # a failed stage's exception, e.g. "AssertionError: ..."
     stderr_tail: tuple[str, ...] = ()  # a failed stage's last words
+    reused: str | None = None  # the run folder whose result the results cache gave instead
 
     @property
     def failed(self) -> bool:

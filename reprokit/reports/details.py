@@ -33,10 +33,22 @@ def variant_section(variant: VariantResult, rows: int) -> list[str]:
         lines += [cell(variant.reason), ""]
     for stage in failed:
         lines += failed_stage(stage)
+    lines += reused_lines(variant.stages)
     lines += divergence_lines(variant)
     lines += comparison_table(variant, rows)
     lines += xla_table(variant.stages)
     return lines
+
+
+def reused_lines(stages: tuple[StageResult, ...]) -> list[str]:
+    """Which stages the results cache gave, and from which run: a reader must know that a
+    stage did not run again (``--no-cache`` runs every one)."""
+    lines = []
+    for run in sorted({s.reused for s in stages if s.reused}):
+        names = ", ".join(f"`{s.name}`" for s in stages if s.reused == run)
+        lines.append(f"Reused without running again (same script, environment, versions): "
+                     f"{names}, from the run in `{run}`.")  # fmt: skip
+    return [*lines, ""] if lines else []
 
 
 def failed_stage(stage: StageResult) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprokit.records import Outcome, RunSummary, VariantResult
+from reprokit.records import MinimizeResult, Outcome, RunSummary, VariantResult
 from reprokit.redact import redact_text
 from reprokit.reports.bundle import ATTACHMENT_LIMIT
 from reprokit.reports.details import cell, collapsed, fenced, variant_section
@@ -100,7 +100,7 @@ def _markdown(summary: RunSummary, run_dir: Path, shown: list, budget: Budget) -
     parts += ["## Environment", "", *_environment(summary), ""]
     parts += ["## Additional context", ""]
     if summary.minimized is not None:
-        parts += [summary.minimized.describe(), ""]
+        parts += [summary.minimized.describe(), "", *_minimized_table(summary.minimized)]
     if budget.result_rows:
         parts += _results_table(summary.variants, budget.result_rows)
     parts += _too_large(run_dir, shown)
@@ -109,6 +109,21 @@ def _markdown(summary: RunSummary, run_dir: Path, shown: list, budget: Budget) -
         cut = "; ".join(budget.cut.values())
         parts.append(f"Left out of this body to fit GitHub's limit, all in `{BUNDLE}`: {cut}.")
     return "\n".join(parts) + "\n"
+
+
+def _minimized_table(found: MinimizeResult) -> list[str]:
+    """What the graph minimizer removed (before -> after), and what each strategy cost."""
+    if found.graph is None:
+        return []
+    lines = ["| | before | after |", "| --- | ---: | ---: |"]
+    lines += [f"| {what} | {before} | {after} |" for what, before, after in found.graph.rows()]
+    lines += [f"| `{cell(c.param)}` | `{cell(repr(c.before))}` | `{cell(repr(c.after))}` |"
+              for c in found.changes]  # fmt: skip
+    steps = "; ".join(
+        f"{s.strategy}: {s.candidates} runs, {s.removed} operations removed"
+        for s in found.graph.steps
+    )
+    return [*lines, "", f"Oracle runs by strategy: {steps or 'none'}.", ""]
 
 
 def _bug(summary: RunSummary, shown: list[VariantResult]) -> list[str]:
@@ -207,10 +222,14 @@ def _results_table(variants, rows: int) -> list[str]:
     lines.append("| --- | --- | --- | --- | ---: |")
     for v in shown:
         mark = marks[v.mark]
+        reused = sum(bool(s.reused) for s in v.stages)
+        seconds = f"{v.seconds:.1f}" + (f" ({reused} stages reused)" if reused else "")
         lines.append(
-            f"| `{cell(v.label)}` | {v.outcome.value} | {v.expected.value} | {mark} | "
-            f"{v.seconds:.1f} |"
+            f"| `{cell(v.label)}` | {v.outcome.value} | {v.expected.value} | {mark} | {seconds} |"
         )
     if len(variants) > len(shown):
         lines.append(f"\n({len(variants) - len(shown)} more variants in summary.json)")
+    if any(s.reused for v in shown for s in v.stages):
+        note = "A reused stage did not run again: its script, environment and versions were"
+        lines.append(f"\n{note} those of an earlier run (`reprokit run --no-cache` runs all).")
     return [*lines, ""]

@@ -1,4 +1,4 @@
-"""The stage DAG a script declares with ``--list-stages``, read and checked.
+"""The stage DAG a script declares (its STAGES literal, or ``--list-stages``), read and checked.
 
 The runner trusts nothing it is printed: a hand-written template may print a cycle, an
 unknown backend or a stage that needs a stage that is not there, and the runner must say so
@@ -7,7 +7,10 @@ rather than wait forever.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
+from typing import Any
 
 from reprokit.records import Stage, StageResult, Status
 from reprokit.runner.backends import BACKENDS
@@ -19,6 +22,73 @@ def parse_stages(text: str) -> list[Stage]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc})") from None
+    return checked_stages(data)
+
+
+def read_stages(source: str) -> list[Stage] | None:
+    """The stages a script assigns once, at its top level, as a literal (names of earlier
+    top-level literals allowed: ``"devices": SPMD_DEVICES``), read without running it.
+
+    None when the script computes or changes them: ``--list-stages`` answers then. Running
+    the script to ask costs seconds (it imports torch before it parses its arguments).
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    stores = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name | ast.Attribute | ast.Subscript)
+        and _names(node, "STAGES")
+        and (isinstance(node, ast.Attribute) or isinstance(node.ctx, ast.Store | ast.Del))
+    ]
+    literals: dict[str, Any] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        for target, value in _pairs(node.targets[0], node.value):
+            if target == "STAGES" and stores == [node.targets[0]]:  # bound once, never changed
+                try:
+                    return checked_stages(ast.literal_eval(_Inline(literals).visit(value)))
+                except ValueError:
+                    return None
+            with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError):
+                literals[target] = ast.literal_eval(value)
+    return None
+
+
+def _names(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` is ``name``, or an attribute or item of it (``STAGES.append``)."""
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _pairs(target: ast.expr, value: ast.expr) -> list[tuple[str, ast.expr]]:
+    """``A = 1`` and ``A, B = 1, 2`` as (name, value) pairs."""
+    if isinstance(target, ast.Name):
+        return [(target.id, value)]
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+        if len(target.elts) == len(value.elts):
+            return [p for t, v in zip(target.elts, value.elts, strict=True) for p in _pairs(t, v)]
+    return []
+
+
+class _Inline(ast.NodeTransformer):
+    """Names of known literals replaced by their values, for ast.literal_eval."""
+
+    def __init__(self, literals: dict[str, Any]) -> None:
+        self.literals = literals
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.literals:
+            return ast.Constant(self.literals[node.id])
+        return node
+
+
+def checked_stages(data: Any) -> list[Stage]:
+    """Stages from their JSON form, checked: a ValueError says what is wrong."""
     if not isinstance(data, list) or not data:
         raise ValueError("expected a non-empty JSON list of stages")
     stages = []

@@ -26,6 +26,7 @@ class Options:
     grace: float = GRACE
     python: str = sys.executable
     dump_hlo: bool = False  # XLA stages save their graphs as HLO text (stages/S/graphs.hlo.*)
+    cache: bool = True  # reuse a stage's result when nothing it depends on changed (cache.py)
 
 
 def jobs(value: str) -> int:

@@ -31,18 +31,22 @@ _MARK = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow
 def variant_line(result: VariantResult) -> str:
     """``PASS  case[a]  match (expected match)  12.3 s``, and why, when it did not match."""
     why = f"  {escape(result.reason)}" if result.reason else ""
+    reused = sum(bool(s.reused) for s in result.stages)
+    cached = f" ({reused} of {len(result.stages)} stages reused)" if reused else ""
     return (
         f"{_MARK[result.mark]}  {escape(result.label)}  {result.outcome.value} "
-        f"(expected {result.expected.value})  {result.seconds:.1f} s{why}"
+        f"(expected {result.expected.value})  {result.seconds:.1f} s{cached}{why}"
     )
 
 
 def closing_line(summary: RunSummary, run_dir: Path, seconds: float) -> str:
     passed, failed, skipped = (summary.count(p) for p in (True, False, None))
     verdict = "[bold red]interrupted[/]: " if summary.interrupted else ""
+    reused = sum(bool(s.reused) for v in summary.variants for s in v.stages)
+    cached = f"{reused} stages reused from earlier runs (--no-cache runs them); " if reused else ""
     return (
         f"{verdict}{passed} passed, {failed} failed, {skipped} skipped in {seconds:.1f} s; "
-        f"run folder: {escape(str(run_dir))}"
+        f"{cached}run folder: {escape(str(run_dir))}"
     )
 
 

@@ -47,6 +47,7 @@ from reprokit.records import (
 )
 from reprokit.redact import redact_text
 from reprokit.runner import backends, signals
+from reprokit.runner.cache import CachingExecutor
 from reprokit.runner.dag import blocked
 from reprokit.runner.options import Options
 from reprokit.runner.stage import (
@@ -105,6 +106,8 @@ def run(
         states = [_prepare(i, v, run_dir, options) for i, v in enumerate(unique.values())]
         argv = tuple(redact_text(arg) for arg in argv)  # a --set may carry a token
         executor = executor or LocalExecutor(options)
+        if options.cache:
+            executor = CachingExecutor(executor, options, run_dir)
         summary = _Summary(run_dir, argv, options.xla_device)
         return _Scheduler(states, options, executor, summary, reporter).run()
     finally:

@@ -23,7 +23,7 @@ from reprokit.pause import pause
 from reprokit.records import Stage, StageResult, Status
 from reprokit.redact import redact_file, secret_values
 from reprokit.runner import backends
-from reprokit.runner.dag import parse_stages
+from reprokit.runner.dag import parse_stages, read_stages
 from reprokit.runner.options import Options
 from reprokit.runner.procs import run_process
 
@@ -87,7 +87,11 @@ class LocalExecutor:
         return last_words(result, folder)
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
-        """Ask the script for its stage DAG; :class:`StagesUnlisted` says why there is none."""
+        """The script's stage DAG: its STAGES literal, else what ``--list-stages`` prints;
+        :class:`StagesUnlisted` says why there is none."""
+        read = read_stages((folder / "repro.py").read_text("utf-8", "replace"))
+        if read is not None:
+            return StageResult(LIST_STAGES, "cpu", Status.OK, 0, seconds=0.0), _probed(read)
         env = backends.stage_env("cpu", self.options.xla_device)
         result = self.spawn(self._script([LIST_STAGES]), folder, LIST_STAGES, "cpu", env, stop)
         if result.status is not Status.OK:
@@ -99,9 +103,7 @@ class LocalExecutor:
         except ValueError as exc:
             failed = replace(result, status=Status.ERROR)
             raise StagesUnlisted(failed, f"{LIST_STAGES} gave no stage DAG: {exc}") from None
-        for stage in stages:  # a probe may take seconds (CUDA): here, not in the scheduler
-            backends.unavailable(stage.backend)
-        return result, stages
+        return result, _probed(stages)
 
     def _script(self, args: list[str]) -> list[str]:
         return [self.options.python, "repro.py", *args]
@@ -146,6 +148,14 @@ class LocalExecutor:
             ended.seconds,
             "; ".join(notes) or None,
         )
+
+
+def _probed(stages: list[Stage]) -> list[Stage]:
+    """Whether each backend is here: a probe may take seconds (CUDA), so in a worker thread
+    rather than in the scheduler."""
+    for stage in stages:
+        backends.unavailable(stage.backend)
+    return stages
 
 
 def log_path(folder: Path, stage: str, stream: str = "stderr") -> Path:

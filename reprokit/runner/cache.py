@@ -1,0 +1,141 @@
+"""The results cache: a stage whose inputs did not change is not run again.
+
+A stage's result (its record and the files it wrote) is reused when all of these are the
+same: the variant's files (the rendered script and the files the case brings), the stage
+(name, backend, devices, needs), the variables that steer torch, XLA and Python in its
+environment, the Python and the installed versions of torch, torch_xla and friends, the XLA
+device kind, and the bytes every stage it needs left behind (so a need that was reused, or
+re-run with the same result, lets it be reused too; one that changed makes it run).
+
+Only endings that the inputs decide are kept: ok, error, and a crash by the stage's own
+signal. A timeout, an interrupt, or a SIGKILL from outside (the OOM killer) say more about
+the machine than about the repro: those stages run again.
+
+An executor like any other (it wraps one), so that the scheduler knows nothing of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from reprokit.env import versions
+from reprokit.records import Stage, StageResult, Status, write_json
+from reprokit.runner import backends
+from reprokit.runner.options import Options
+from reprokit.runner.stage import Executor, StageJob
+
+# What in a stage's environment can change its result: XLA, PJRT, TPU, torch, CUDA, threads.
+STEERING = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|LIBTPU|CPU_NUM_DEVICES$|TORCH|CUDA|NCCL_|OMP_|"
+                      r"MKL_|KMP_|PYTHONHASHSEED$|REPROKIT_)")  # fmt: skip
+UNSTABLE = {"result.json", "graphs.hlo"}  # timings, addresses: not part of what a stage made
+LARGEST = 1 << 30  # bytes: a stage folder larger than this is not kept
+
+
+def cache_root() -> Path:
+    """``$REPROKIT_CACHE``, else ``$XDG_CACHE_HOME/reprokit``, else ``~/.cache/reprokit``."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "reprokit"
+    return Path(os.environ.get("REPROKIT_CACHE", default))
+
+
+class CachingExecutor:
+    """Reuses a stage's result from an earlier run when nothing it depends on changed."""
+
+    def __init__(self, inner: Executor, options: Options, run_dir: Path) -> None:
+        self.inner, self.options, self.run_dir = inner, options, run_dir
+        self.folder = cache_root() / "results"
+        self.hits = 0
+        self._lock = threading.Lock()
+
+    def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
+        return self.inner.list_stages(folder, stop)
+
+    def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
+        key = self.key(job)
+        if (reused := self._get(key, job)) is not None:
+            with self._lock:
+                self.hits += 1
+            return reused
+        result = self.inner.run_stage(job, stop)
+        if _keeps(result):
+            self._put(key, job, result)
+        return result
+
+    def key(self, job: StageJob) -> str:
+        """What the stage's result depends on, hashed."""
+        stage, options = job.stage, self.options
+        env = backends.stage_env(stage.backend, options.xla_device, devices=stage.devices)
+        parts = {
+            "files": _digest(job.folder, skip=("stages",)),
+            "stage": [stage.name, stage.backend, stage.devices, list(stage.needs)],
+            "env": sorted((k, v) for k, v in env.items() if STEERING.match(k)),
+            "python": [options.python, sys.version],
+            "versions": versions(),
+            "device": options.xla_device,
+            "needs": {n: _digest(job.folder / "stages" / n) for n in sorted(stage.needs)},
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+    def _get(self, key: str, job: StageJob) -> StageResult | None:
+        entry = self.folder / key
+        try:
+            data = json.loads((entry / "record.json").read_text("utf-8"))
+            result = StageResult.from_json(data["result"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        target = job.folder / "stages" / job.stage.name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(entry / "stage", target, symlinks=True)
+        return replace(result, reused=data.get("run"))
+
+    def _put(self, key: str, job: StageJob, result: StageResult) -> None:
+        """Kept atomically: a whole entry or none, whichever run writes it first."""
+        source = job.folder / "stages" / job.stage.name
+        if _size(source) > LARGEST:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        temp = Path(tempfile.mkdtemp(dir=self.folder, prefix=".new-"))
+        try:
+            shutil.copytree(source, temp / "stage", symlinks=True)
+            run = str(self.run_dir.resolve())
+            write_json(temp / "record.json", {"result": result.to_json(), "run": run})
+            os.rename(temp, self.folder / key)
+        except OSError:  # another run kept it first, or the disk is full: no entry then
+            shutil.rmtree(temp, ignore_errors=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(AttributeError):
+            self.inner.close()  # type: ignore[attr-defined]
+
+
+def _keeps(result: StageResult) -> bool:
+    if result.status is Status.CRASH:
+        return result.signal != "SIGKILL"  # SIGKILL comes from outside: the OOM killer, a user
+    return result.status in (Status.OK, Status.ERROR)
+
+
+def _digest(folder: Path, skip: tuple[str, ...] = ()) -> str:
+    """The files under ``folder`` (names and bytes; logs and UNSTABLE files left out)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
+        relative = path.relative_to(folder)
+        if relative.parts[0] in skip or path.suffix == ".log" or path.name in UNSTABLE:
+            continue
+        if path.is_file() and not path.is_symlink():
+            digest.update(str(relative).encode() + b"\0")
+            with path.open("rb") as file:
+                digest.update(hashlib.file_digest(file, "sha256").digest())
+    return digest.hexdigest()
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())

@@ -1,0 +1,111 @@
+"""The results cache: a stage is reused only when nothing it depends on changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import reprokit.runner.cache as cache_module
+from reprokit.generate.cases import load_variants
+from reprokit.runner.options import Options
+from reprokit.runner.scheduler import run
+
+TEMPLATES = Path(__file__).parents[1] / "data" / "cache"
+
+
+@pytest.fixture
+def counted(tmp_path):
+    """Run the two-stage case; returns (stage -> reused from, stage -> how often it ran)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    done = []
+
+    def run_case(mode: str = "ok", **options):
+        case = tmp_path / "counted.toml"
+        case.write_text(
+            f'[case]\ntitle = "t"\ntemplate = "counted"\n[params]\nruns = "{runs}"\n'
+            f'mode = "{mode}"\n'
+        )
+        (variant,) = load_variants([str(case)], templates=[TEMPLATES])
+        options = Options(templates=(TEMPLATES,), **options)
+        summary = run([variant], run_dir=tmp_path / f"run{len(done)}", options=options)
+        done.append(summary)
+        (result,) = summary.variants
+        ran = {name: len(list(runs.glob(f"{name}.*"))) for name in ("first", "second")}
+        return {s.name: s.reused for s in result.stages}, ran
+
+    return run_case
+
+
+def test_an_unchanged_rerun_reuses_every_stage_and_says_from_where(counted, tmp_path, cli):
+    assert counted() == ({"first": None, "second": None}, {"first": 1, "second": 1})
+    reused, ran = counted()
+    assert ran == {"first": 1, "second": 1}  # neither ran again
+    assert reused == {"first": str((tmp_path / "run0").resolve())} | {
+        "second": str((tmp_path / "run0").resolve())
+    }
+    assert (tmp_path / "run1/counted/stages/second/copy.txt").read_text() == "1"
+    summary = json.loads((tmp_path / "run1/summary.json").read_text())
+    assert summary["variants"][0]["stages"][0]["reused"].endswith("run0")
+    assert cli("report", tmp_path / "run1", "--format", "md").exit_code == 0
+    report = (tmp_path / "run1/report.md").read_text()
+    assert "| match | match | yes | 0.0 (2 stages reused) |" in report
+
+
+def test_no_cache_runs_everything(counted):
+    counted()
+    assert counted(cache=False)[1] == {"first": 2, "second": 2}
+
+
+def test_a_changed_script_runs_again(counted):
+    counted()
+    assert counted(mode="raise")[1] == {"first": 2, "second": 2}  # another mode, another script
+
+
+def test_a_steering_environment_variable_runs_again(counted, monkeypatch):
+    counted()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    assert counted()[1] == {"first": 2, "second": 2}
+    assert counted()[1] == {"first": 2, "second": 2}  # and that is kept in turn
+
+
+def test_another_package_version_runs_again(counted, monkeypatch):
+    counted()
+    newer = {**cache_module.versions(), "torch_xla": "9.9.9"}
+    monkeypatch.setattr(cache_module, "versions", lambda: newer)
+    assert counted()[1] == {"first": 2, "second": 2}
+
+
+def test_a_need_rerun_with_other_output_makes_the_stage_run_again(
+    counted, monkeypatch, results_cache
+):
+    counted()
+    _forget(results_cache, "first")
+    monkeypatch.setenv("DATA", "2")  # the first stage now writes something else
+    reused, ran = counted()
+    assert ran == {"first": 2, "second": 2} and reused == {"first": None, "second": None}
+
+
+def test_a_need_rerun_with_the_same_output_lets_the_stage_be_reused(counted, results_cache):
+    counted()
+    _forget(results_cache, "first")
+    reused, ran = counted()
+    assert ran == {"first": 2, "second": 1}
+    assert reused["first"] is None and reused["second"] is not None
+
+
+def test_errors_are_kept_but_timeouts_are_not(counted):
+    counted(mode="raise")
+    assert counted(mode="raise")[1]["second"] == 1
+    counted(mode="hang", timeout=1)
+    assert counted(mode="hang", timeout=1)[1]["second"] == 3  # raise once, hang twice
+
+
+def _forget(cache: Path, stage: str) -> None:
+    """Remove the cached result of ``stage``, as if it had never run."""
+    for record in (cache / "results").glob("*/record.json"):
+        if json.loads(record.read_text())["result"]["name"] == stage:
+            shutil.rmtree(record.parent)
