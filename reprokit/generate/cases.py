@@ -25,7 +25,13 @@ if TYPE_CHECKING:
 
 # Each table a case may hold, with its keys and their types; anything else is an error.
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "case": {"title": str, "template": str, "description": str, "tags": list},
+    "case": {
+        "title": str,
+        "template": str,
+        "description": str,
+        "tags": list,
+        "timeout": (float, int),
+    },
     "compare": {"rtol": (float, int), "atol": (float, int), "method": str},
     "expect": {"outcome": str},
 }
@@ -48,6 +54,7 @@ class Case:
     matrix: dict[str, list[Any]] = field(default_factory=dict)
     compare: dict[str, Any] = field(default_factory=dict)
     expect: Outcome = Outcome.MATCH
+    timeout: float | None = None  # seconds each stage may run, instead of --timeout
 
     def to_json(self) -> dict[str, Any]:
         """As ``reprokit list --json`` shows it (its variants added there)."""
@@ -199,6 +206,7 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         matrix=matrix,
         compare={k: v if k == "method" else float(v) for k, v in sections["compare"].items()},
         expect=Outcome(expect),
+        timeout=float(info["timeout"]) if "timeout" in info else None,
     )
 
 
@@ -221,6 +229,8 @@ def _check_keys(table: dict[str, Any], keys: dict[str, Any], name: str, where: _
             where.fail(key, name, f"unknown key {key!r} in [{name}]", f"Known: {', '.join(keys)}.")
         if isinstance(value, bool) or not isinstance(value, keys[key]):
             where.fail(key, name, f"[{name}] {key} has the wrong type: {type(value).__name__}")
+        if key == "timeout" and value <= 0:
+            where.fail(key, name, "[case] timeout must be positive (seconds)")
         if key == "tags" and not all(isinstance(tag, str) for tag in value):
             where.fail(key, name, "[case] tags must be a list of strings")
         if name == "compare" and key == "method" and value not in METHODS:

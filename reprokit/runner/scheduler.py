@@ -352,7 +352,7 @@ class _Scheduler:
             if self.reporter:
                 self.reporter.stage_finished(state.variant.label, result)
 
-        job = StageJob(state.folder, stage)
+        job = StageJob(state.folder, stage, state.variant.case.timeout)
         return self._submit(lambda: self.executor.run_stage(job, self.stop), then)
 
     def _judged(self, state: _State, result: VariantResult) -> None:

@@ -25,7 +25,7 @@ from reprokit.redact import redact_file, secret_values
 from reprokit.runner import backends
 from reprokit.runner.dag import parse_stages, read_stages
 from reprokit.runner.options import Options
-from reprokit.runner.procs import run_process
+from reprokit.runner.procs import Ended, run_process
 
 LIST_STAGES = "--list-stages"
 
@@ -36,6 +36,7 @@ class StageJob:
 
     folder: Path  # holds repro.py; the stage writes under stages/<name>/
     stage: Stage
+    timeout: float | None = None  # the case's own ([case] timeout), else the run's
 
 
 class Executor(Protocol):
@@ -75,7 +76,8 @@ class LocalExecutor:
                 "XLA_SAVE_TENSORS_FMT": "hlo",  # torch_xla writes every graph it syncs
                 "XLA_SAVE_TENSORS_FILE": str(folder / "stages" / stage.name / "graphs.hlo"),
             }
-        result = self.spawn(self._script(args), folder, stage.name, stage.backend, env, stop)
+        command = self._script(args)
+        result = self.spawn(command, folder, stage.name, stage.backend, env, stop, job.timeout)
         pause("stage-ended")
         written = _result_json(folder / "stages" / stage.name)
         if result.status is Status.INTERRUPTED and written is not None:
@@ -116,27 +118,24 @@ class LocalExecutor:
         backend: str,
         env: dict[str, str],
         stop: threading.Event,
+        timeout: float | None = None,
         cwd: Path | None = None,
     ) -> StageResult:
         """``command`` (in ``folder`` unless ``cwd``) as stage ``name``: its own process group,
         the timeout, logs capped and redacted beside the stage's outputs, the ending named."""
         logs = [log_path(folder, name, stream) for stream in ("stdout", "stderr")]
         options = self.options
-        ended = run_process(
-            command,
-            stdout=logs[0],
-            stderr=logs[1],
-            env=env,
-            cwd=cwd or folder,
-            timeout=options.timeout,
-            stop=stop,
-            log_cap=options.log_cap,
-            grace=options.grace,
+        limit = (
+            f"--timeout {options.timeout:g}" if timeout is None else f"[case] timeout {timeout:g}"
         )
+        timeout = options.timeout if timeout is None else timeout
+        how = Launch(command, name, backend, env, cwd or folder, logs, timeout)
+        ended, started = self.start(how, stop)
         for log in logs:
             redact_file(log, self.secrets)
-        notes = [f"killed after --timeout {options.timeout:g} s"]
-        notes = notes if ended.status is Status.TIMEOUT else []
+        notes = [started] if started else []
+        if ended.status is Status.TIMEOUT:
+            notes.append(f"killed after {limit} s")
         if ended.cut:
             notes.append(f"middle of {', '.join(ended.cut)} cut (cap {options.log_cap} bytes)")
         return StageResult(
@@ -148,6 +147,36 @@ class LocalExecutor:
             ended.seconds,
             "; ".join(notes) or None,
         )
+
+    def start(self, how: Launch, stop: threading.Event) -> tuple[Ended, str | None]:
+        """Start the child and drive it to its end; with a note on how it started, if any.
+
+        Here a fresh process; :class:`reprokit.runner.warm.WarmExecutor` forks it from a
+        server that has imported torch already."""
+        return run_process(
+            how.command,
+            stdout=how.logs[0],
+            stderr=how.logs[1],
+            env=how.env,
+            cwd=how.cwd,
+            timeout=how.timeout,
+            stop=stop,
+            log_cap=self.options.log_cap,
+            grace=self.options.grace,
+        ), None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One child to start: what :meth:`LocalExecutor.start` needs to know."""
+
+    command: list[str]
+    name: str  # the stage, or LIST_STAGES
+    backend: str
+    env: dict[str, str]
+    cwd: Path
+    logs: list[Path]  # stdout.log, stderr.log
+    timeout: float
 
 
 def _probed(stages: list[Stage]) -> list[Stage]:

@@ -62,7 +62,9 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
     executor = LocalExecutor(options)
     folder = stage_dir.parents[1]
     try:
-        result = executor.spawn(command, folder, STAGE, "xla", env, threading.Event(), Path.cwd())
+        result = executor.spawn(
+            command, folder, STAGE, "xla", env, threading.Event(), cwd=Path.cwd()
+        )
     except FileNotFoundError:
         raise ReprokitError(f"no such program: {command[0]!r}", hint="Give a command to run, "
                             "e.g. reprokit wrap -- python train.py") from None  # fmt: skip

@@ -38,6 +38,12 @@ def render_error(cli, path, *extra):
         ("[case]\ntitle = 'x'\ntemplate = 'echo'\ncolour = 1\n", 4, "unknown key 'colour'"),
         ("[case]\ntitle = 3\ntemplate = 'echo'\n", 2, "wrong type"),
         ("[case]\ntitle = 'x'\n", 1, "lacks 'template'"),
+        ("[case]\ntitle = 'x'\ntemplate = 'echo'\ntimeout = 0\n", 4, "timeout must be positive"),
+        (
+            "[case]\ntitle = 'x'\ntemplate = 'echo'\ntimeout = '9'\n",
+            4,
+            "timeout has the wrong type",
+        ),
         ("[case]\ntitle = 'x'\ntemplate = 'nope'\n", 3, "unknown template 'nope'"),
         ("[case]\ntitle = 'x'\ntemplate = '../echo'\n", 3, "unknown template '../echo'"),
         ("[case]\ntitle = 'x'\ntemplate = 'echo'\n", None, "missing parameter 'message'"),

@@ -333,3 +333,16 @@ def test_stages_on_an_exclusive_device_never_overlap(tmp_path):
     options = Options(jobs=4, xla_device="TPU", templates=(template.parent,))
     summary = run(variants, run_dir=tmp_path / "run", options=options)
     assert [s.status for s in summary.variants[0].stages] == [Status.OK] * 4
+
+
+def test_a_case_sets_its_own_stage_timeout(tmp_path):
+    case = tmp_path / "slow.toml"
+    case.write_text(
+        '[case]\ntitle = "t"\ntemplate = "faulty"\ntimeout = 1\n[params]\nmode = "hang"\n'
+    )
+    variants = load_variants([str(case)], templates=[TEMPLATES])
+    summary = run(variants, run_dir=tmp_path / "run", options=Options(templates=(TEMPLATES,)))
+    second = next(s for s in summary.variants[0].stages if s.name == "second")
+    assert second.status is Status.TIMEOUT
+    assert second.reason == "killed after [case] timeout 1 s"
+    assert second.seconds < 30  # not the run's 600 s
