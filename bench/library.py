@@ -48,7 +48,7 @@ def main() -> int:
         return 0
     out = args.o or Path(tempfile.mkdtemp(prefix="reprokit-library-"))
     start = time.perf_counter()
-    cmd = [sys.executable, "-m", "reprokit", "run", "-n", args.n, "-o", str(out)]
+    cmd = [sys.executable, "-m", "reprokit", "run", "-n", args.n, "-o", str(out), "--no-cache"]
     code = subprocess.run(cmd, check=False).returncode
     print(f"\n{time.perf_counter() - start:.0f} s, exit {code}, run folder {out}\n")
     print(table(json.loads((out / "summary.json").read_text())))

@@ -51,7 +51,7 @@ def main() -> None:
                 variant,
                 out_dir=tmp / f"{label}-{jobs}",
                 budget=100,
-                options=Options(jobs=jobs),
+                options=Options(jobs=jobs, cache=False),
                 cache=Cache(tmp / cache),
             )
             after = {c["param"]: c["after"] for c in report["changes"]}
@@ -65,7 +65,7 @@ def main() -> None:
                     after,
                 )
             )
-        search = Search(variant, Options(jobs=1), tmp / "naive", 100, Cache(tmp / "c"))
+        search = Search(variant, Options(jobs=1, cache=False), tmp / "naive", 100, Cache(tmp / "c"))
         start = time.monotonic()
         (baseline,) = search.try_all([dict(variant.params)])
         search.target = Observation.of(baseline)

@@ -23,7 +23,16 @@ BENCH = Path(__file__).resolve().parent
 
 
 def suite(run_dir: Path, jobs: int) -> float:
-    command = [sys.executable, "-m", "reprokit", "run", "bench_matmul", "-n", str(jobs)]
+    command = [
+        sys.executable,
+        "-m",
+        "reprokit",
+        "run",
+        "bench_matmul",
+        "-n",
+        str(jobs),
+        "--no-cache",
+    ]
     command += ["--cases", str(BENCH / "cases"), "--templates", str(BENCH / "templates")]
     start = time.perf_counter()
     done = subprocess.run([*command, "-o", str(run_dir)], capture_output=True, text=True)

@@ -163,7 +163,7 @@ def _one_interrupt(
     test point ``pause`` (reprokit/pause.py), and judge what it left."""
     run_dir, marker = folder / "run", folder / "paused"
     command = [PYTHON, "-m", "reprokit", "run", str(case), "-n", "2", "-o", str(run_dir)]
-    command += ["--templates", str(FAULT_TEMPLATES), "--timeout", "120"]
+    command += ["--templates", str(FAULT_TEMPLATES), "--timeout", "120", "--no-cache"]
     env = dict(os.environ, REPROKIT_PAUSE=f"{pause}:{marker}") if pause else None
     child = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env

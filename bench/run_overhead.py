@@ -37,6 +37,7 @@ def bare(script: Path, stages: list[str], workdir: Path) -> float:
 def harness(case: str, run_dir: Path, jobs: int) -> float:
     start = time.perf_counter()
     command = [sys.executable, "-m", "reprokit", "run", case, "-o", str(run_dir), "-n", str(jobs)]
+    command.append("--no-cache")  # every round runs its stages
     done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
@@ -50,7 +51,8 @@ from pathlib import Path
 from reprokit.generate.cases import load_variants
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
-summary = run(load_variants([sys.argv[1]]), run_dir=Path(sys.argv[2]), options=Options(jobs=1))
+options = Options(jobs=1, cache=False)
+summary = run(load_variants([sys.argv[1]]), run_dir=Path(sys.argv[2]), options=options)
 sys.exit(0 if summary.count(False) == 0 else 1)
 """
 
