@@ -9,6 +9,8 @@ never initialises one (an initialised runtime would break a later xmp.spawn).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -16,9 +18,11 @@ import re
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
-from reprokit.records import Environment
+from reprokit.paths import cache_root
+from reprokit.records import Environment, write_json
 from reprokit.redact import redact_env
 
 PACKAGES = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib", "numpy")
@@ -69,8 +73,28 @@ def xla_runtime(timeout: float = 120) -> dict[str, Any]:
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def pytorch_env() -> dict[str, Any]:
-    """torch.utils.collect_env's fields, or why they are missing."""
+def pytorch_env(*, cached: bool = False) -> dict[str, Any]:
+    """torch.utils.collect_env's fields, or why they are missing.
+
+    ``cached``: kept once per boot of this machine and installation (collect_env takes
+    seconds: it imports torch and asks pip, nvidia-smi and lscpu; none of that changes
+    until a reboot or another install)."""
+    if not cached:
+        return _collect_env()
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    key = [sys.executable, versions(), platform.node(), boot.read_text() if boot.exists() else ""]
+    name = hashlib.sha256(json.dumps(key).encode()).hexdigest()
+    path = cache_root() / "environments" / f"{name}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(path.read_text("utf-8"))
+    found = _collect_env()
+    if "error" not in found:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, found)
+    return found
+
+
+def _collect_env() -> dict[str, Any]:
     try:
         from torch.utils import collect_env
     except ImportError:
@@ -79,9 +103,10 @@ def pytorch_env() -> dict[str, Any]:
     return {key: value for key, value in info.items() if value not in (None, "", "N/A")}
 
 
-def capture(*, probe_xla: bool = True, quick: bool = False) -> Environment:
+def capture(*, probe_xla: bool = True, quick: bool = False, cached: bool = False) -> Environment:
     """Everything above, secrets redacted. ``quick``: only what costs no import or child
-    process (versions from metadata, variables), for the first summary.json of a run."""
+    process (versions from metadata, variables), for the first summary.json of a run;
+    ``cached``: collect_env's part as this boot captured it first (:func:`pytorch_env`)."""
     found = versions()
     variables = {k: v for k, v in sorted(os.environ.items()) if XLA_VARIABLES.match(k)}
     return Environment(
@@ -92,5 +117,7 @@ def capture(*, probe_xla: bool = True, quick: bool = False) -> Environment:
         torch_xla_matches_torch=torch_xla_matches(found),
         variables=redact_env(variables),
         xla=xla_runtime() if probe_xla and not quick and found["torch_xla"] else None,
-        pytorch={} if quick else redact_env({k: str(v) for k, v in pytorch_env().items()}),
+        pytorch={}
+        if quick
+        else redact_env({k: str(v) for k, v in pytorch_env(cached=cached).items()}),
     )

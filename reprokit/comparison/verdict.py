@@ -9,11 +9,16 @@ when a variant has tensors to compare, so that the runner starts without it.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reprokit.env import versions
 from reprokit.errors import ReprokitError
+from reprokit.paths import cache_root
 from reprokit.records import (
     Comparison,
     Outcome,
@@ -22,6 +27,7 @@ from reprokit.records import (
     Status,
     VariantResult,
     first_divergence,
+    write_json,
 )
 
 if TYPE_CHECKING:
@@ -37,6 +43,15 @@ class Compared:
     divergence: dict[str, str | None] = field(default_factory=dict)
     problem: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        comparisons = [c.to_json() for c in self.comparisons]
+        return {"comparisons": comparisons, "divergence": self.divergence, "problem": self.problem}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Compared:
+        found = [Comparison.from_json(c) for c in data["comparisons"]]
+        return cls(found, dict(data["divergence"]), data["problem"])
+
 
 def verdict(
     variant: Variant,
@@ -45,10 +60,13 @@ def verdict(
     folder: Path,
     seconds: float,
     reason: str | None = None,
+    *,
+    cached: bool = False,
 ) -> VariantResult:
-    """The variant's result once every stage has one; ``reason`` overrides the failure's."""
+    """The variant's result once every stage has one; ``reason`` overrides the failure's.
+    ``cached``: comparisons of tensors compared before are reused (see :func:`compare_stages`)."""
     ordered = tuple(results[stage.name] for stage in stages)
-    compared = compare_stages(variant, stages, results, folder)
+    compared = compare_stages(variant, stages, results, folder, cached=cached)
     failed = next((r for r in ordered if r.failed), None)
     skipped = next((r for r in ordered if r.status is Status.SKIPPED), None)
     if failed is not None:
@@ -80,15 +98,55 @@ def verdict(
 
 
 def compare_stages(
-    variant: Variant, stages: list[Stage], results: dict[str, StageResult], folder: Path
+    variant: Variant,
+    stages: list[Stage],
+    results: dict[str, StageResult],
+    folder: Path,
+    *,
+    cached: bool = False,
 ) -> Compared:
     """Each stage that ran ok against its reference stage, with the case's tolerances; with
-    ``[compare] method = "fp64"``, judged against the stage's float64 arbiter."""
+    ``[compare] method = "fp64"``, judged against the stage's float64 arbiter.
+
+    ``cached``: the same tensor files compared the same way before give the same comparisons,
+    read back from the cache without importing torch (which takes seconds: in a re-run whose
+    stages all came from the results cache, most of the time left)."""
     ok = {name for name, result in results.items() if result.status is Status.OK}
     pairs = [s for s in stages if s.reference and {s.reference, s.name} <= ok]
-    compared = Compared()
     if not pairs:
-        return compared
+        return Compared()
+    judges = {
+        s.name: s.arbiter if variant.method == "fp64" and s.arbiter in ok else None for s in pairs
+    }
+    if not cached:
+        return _compare(variant, pairs, judges, folder)
+    path = cache_root() / "comparisons" / f"{_key(variant, pairs, judges, folder)}.json"
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return Compared.from_json(json.loads(path.read_text("utf-8")))
+    compared = _compare(variant, pairs, judges, folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, compared.to_json())
+    return compared
+
+
+def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path) -> str:
+    """The bytes of every tensors.pt compared, how they are compared, and the code comparing."""
+    digest = hashlib.sha256()
+    code = [Path(__file__).parent / name for name in ("verdict.py", "tensors.py", "checkpoints.py")]
+    names = {n for s in pairs for n in (s.name, s.reference, judges[s.name]) if n}
+    for path in [*code, *(folder / "stages" / n / "tensors.pt" for n in sorted(names))]:
+        digest.update(str(path.name).encode())
+        with contextlib.suppress(OSError), path.open("rb") as file:
+            digest.update(hashlib.file_digest(file, "sha256").digest())
+    how = [[s.name, s.reference, judges[s.name]] for s in pairs]
+    digest.update(json.dumps([how, variant.tolerances, versions()], sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _compare(
+    variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path
+) -> Compared:
+    compared = Compared()
     from reprokit.comparison.checkpoints import load_tensors  # torch: only when comparing
     from reprokit.comparison.tensors import compare_tensors
 
@@ -101,7 +159,7 @@ def compare_stages(
 
     try:
         for stage in pairs:
-            judge = stage.arbiter if variant.method == "fp64" and stage.arbiter in ok else None
+            judge = judges[stage.name]
             found = compare_tensors(
                 tensors(stage.reference),
                 tensors(stage.name),

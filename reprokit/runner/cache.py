@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from reprokit.env import versions
+from reprokit.paths import cache_root
 from reprokit.records import Stage, StageResult, Status, write_json
 from reprokit.runner import backends
 from reprokit.runner.options import Options
@@ -39,12 +40,6 @@ STEERING = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|LIBTPU|CPU_NUM_DEVICES$|TORCH|
                       r"MKL_|KMP_|PYTHONHASHSEED$|REPROKIT_)")  # fmt: skip
 UNSTABLE = {"result.json", "graphs.hlo"}  # timings, addresses: not part of what a stage made
 LARGEST = 1 << 30  # bytes: a stage folder larger than this is not kept
-
-
-def cache_root() -> Path:
-    """``$REPROKIT_CACHE``, else ``$XDG_CACHE_HOME/reprokit``, else ``~/.cache/reprokit``."""
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "reprokit"
-    return Path(os.environ.get("REPROKIT_CACHE", default))
 
 
 class CachingExecutor:

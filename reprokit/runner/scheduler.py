@@ -108,7 +108,7 @@ def run(
         executor = executor or LocalExecutor(options)
         if options.cache:
             executor = CachingExecutor(executor, options, run_dir)
-        summary = _Summary(run_dir, argv, options.xla_device)
+        summary = _Summary(run_dir, argv, options)
         return _Scheduler(states, options, executor, summary, reporter).run()
     finally:
         lock.release()
@@ -160,9 +160,17 @@ class _State:
             and all(n in done and done[n].status is Status.OK for n in stage.needs)
         ]
 
-    def verdict(self) -> VariantResult:
+    def verdict(self, cached: bool) -> VariantResult:
         seconds = time.monotonic() - self.start
-        found = verdict(self.variant, self.stages, self.results, self.folder, seconds, self.reason)
+        found = verdict(
+            self.variant,
+            self.stages,
+            self.results,
+            self.folder,
+            seconds,
+            self.reason,
+            cached=cached,
+        )
         pause("verdict-computed")
         return found
 
@@ -182,11 +190,11 @@ def _prepare(index: int, variant: Variant, run_dir: Path, options: Options) -> _
 class _Summary:
     """summary.json as variants finish: the finished ones in order, the environment."""
 
-    def __init__(self, run_dir: Path, argv: tuple[str, ...], xla_device: str) -> None:
-        self.run_dir = run_dir
+    def __init__(self, run_dir: Path, argv: tuple[str, ...], options: Options) -> None:
+        self.run_dir, self.cached = run_dir, options.cache
         self.finished: dict[int, VariantResult] = {}
         env = capture_env(quick=True)
-        self.summary = RunSummary(now(), argv=argv, env=env, xla_device=xla_device)
+        self.summary = RunSummary(now(), argv=argv, env=env, xla_device=options.xla_device)
         # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
         # and replaces the short one once done. No XLA probe: it could hold a TPU a stage needs.
         # A daemon thread: an interrupted run exits at once, not when collect_env is done.
@@ -195,7 +203,7 @@ class _Summary:
 
     def _capture(self) -> None:
         try:
-            self.capture.set_result(capture_env(probe_xla=False))
+            self.capture.set_result(capture_env(probe_xla=False, cached=self.cached))
         except BaseException as exc:  # kept, and the short capture stays in summary.json
             self.capture.set_exception(exc)
 
@@ -282,7 +290,7 @@ class _Scheduler:
             self.inflight.clear()
             for state in [s for s in self.active if s.ended]:
                 if all(r.status is not Status.INTERRUPTED for r in state.results.values()):
-                    self._judged(state, state.verdict())
+                    self._judged(state, state.verdict(self.options.cache))
 
     def _submit(self, call: Callable[[], Any], then: Callable[[cf.Future[Any]], None]) -> bool:
         self.inflight[self.pool.submit(call)] = then
@@ -297,7 +305,10 @@ class _Scheduler:
             if state.ended:
                 state.phase = Phase.JUDGING
                 self.active.remove(state)
-                return self._submit(state.verdict, lambda f, s=state: self._judged(s, f.result()))
+                return self._submit(
+                    functools.partial(state.verdict, self.options.cache),
+                    lambda f, s=state: self._judged(s, f.result()),
+                )
         for state in self.active:
             for stage in state.ready():
                 if self._device(stage) not in self.busy:

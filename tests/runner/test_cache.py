@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,7 +55,7 @@ def test_an_unchanged_rerun_reuses_every_stage_and_says_from_where(counted, tmp_
     assert summary["variants"][0]["stages"][0]["reused"].endswith("run0")
     assert cli("report", tmp_path / "run1", "--format", "md").exit_code == 0
     report = (tmp_path / "run1/report.md").read_text()
-    assert "| match | match | yes | 0.0 (2 stages reused) |" in report
+    assert re.search(r"\| match \| match \| yes \| [\d.]+ \(2 stages reused\) \|", report)
 
 
 def test_no_cache_runs_everything(counted):
@@ -109,3 +112,22 @@ def _forget(cache: Path, stage: str) -> None:
     for record in (cache / "results").glob("*/record.json"):
         if json.loads(record.read_text())["result"]["name"] == stage:
             shutil.rmtree(record.parent)
+
+
+def test_a_rerun_from_the_cache_compares_without_torch(tmp_path):
+    """The comparisons of unchanged tensors come back from the cache: the harness of a re-run
+    whose stages were all reused never imports torch (seconds of a re-run otherwise)."""
+    faulty = Path(__file__).parents[1] / "data" / "templates"
+    case = tmp_path / "differs.toml"
+    case.write_text('[case]\ntitle = "t"\ntemplate = "faulty"\n[params]\nmode = "mismatch"\n')
+    command = ["run", str(case), "--templates", str(faulty), "-o"]
+    no_torch = "import sys; sys.modules['torch'] = None; from reprokit.cli import main; main()"
+    results = []
+    for n, prefix in enumerate((["-m", "reprokit"], ["-c", no_torch])):
+        done = subprocess.run([sys.executable, *prefix, *command, str(tmp_path / f"run{n}")])
+        assert done.returncode == 1  # a mismatch, as the case does not expect
+        summary = json.loads((tmp_path / f"run{n}/summary.json").read_text())
+        (variant,) = summary["variants"]
+        results.append((variant["outcome"], variant["comparisons"], variant["first_divergence"]))
+        assert all(bool(s["reused"]) == bool(n) for s in variant["stages"])
+    assert results[0] == results[1] and results[0][0] == "mismatch"
