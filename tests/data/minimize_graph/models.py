@@ -1,0 +1,41 @@
+"""Fixture models for tests/test_minimize_graph.py and bench/minimize_graph.py: factories as
+`reprokit capture` calls them."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def encoder(layers: int = 2):
+    """A stack of tiny encoder layers (d_model 16) without dropout, in eval mode."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+    return model, (torch.randn(2, 6, 16),)
+
+
+def encoder6():
+    """bench/minimize_graph.py's six layers."""
+    return encoder(6)
+
+
+class FakeQuant(nn.Module):
+    """A linear layer whose activations go through float8_e5m2fnuz and back (fake
+    quantization): torch_xla 2.9 has no such type and raises, CPU computes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(torch.relu(self.inp(x)))
+        h = h.to(torch.float8_e5m2fnuz).to(torch.float32)  # the test-only failing operation
+        return torch.tanh(self.out(h)) * 2
+
+
+def fake_quant():
+    torch.manual_seed(0)
+    return FakeQuant().eval(), (torch.randn(2, 8),)
