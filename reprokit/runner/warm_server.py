@@ -1,0 +1,296 @@
+"""The warm-start server: imports torch (and torch_xla) once, then forks one stage a request.
+
+Run by ``warm.py`` as ``python warm_server.py PRELOAD FD`` (PRELOAD: modules to import, comma
+separated; FD: its end of a SOCK_SEQPACKET control socket), with the environment of the stages
+it serves minus the variables read only when the XLA runtime starts (``warm.RUNTIME_READ``).
+Standard library only, and no reprokit: each stage it forks is to look like
+``python repro.py --stage S`` started cold, so the server leaves as little behind as it can.
+
+Protocol. A request is one control message: JSON ``{"script", "argv", "cwd", "env"}`` with
+three descriptors (a socket for this stage, the write ends of its stdout and stderr pipes).
+On the stage's socket the server answers ``{"pid": N}``, then ``{"exited": true}`` once the
+child has exited (seen with ``waitid(WNOWAIT)``: not reaped, so that its pid, the id of its
+process group, stays taken while the harness kills the group), and, when the harness sends
+``reap``, ``{"returncode": R}`` as Popen gives it (-N: killed by signal N). EOF on the control
+socket (the harness is gone, or done): every child's group is killed and the server exits.
+
+What must not happen before the fork (found by reading torch_xla/__init__.py and by
+experiment, torch 2.9 / torch_xla 2.9): the PJRT client must not exist (it starts a thread pool
+per device and reads PJRT_DEVICE, CPU_NUM_DEVICES and XLA_FLAGS when it starts); the server
+checks ``_xla_runtime_is_initialized()`` before each fork. No tensor work either: the OpenMP
+pool (libgomp) and torch's intra-op pool start at the first parallel op, and their threads
+would be missing in the child. The one thread the server has besides its own is OpenBLAS's
+pool (numpy, imported by torch), which shuts itself down around fork (``pthread_atfork``).
+
+Where a child differs from a cold process, on purpose: it skips the interpreter's module
+teardown at exit (about 1 s once torch is imported; threads, atexit, the script's objects and
+the streams are still done, see ``_exit``), and what the imports created is frozen
+(``gc.freeze``: collections skip it, and its pages stay shared instead of being copied).
+``random`` reseeds itself in a forked child and numpy's global generator is reseeded here;
+torch's generators start from their fixed seed either way.
+"""
+
+from __future__ import annotations
+
+import sys
+
+del sys.path[0]  # this folder: nothing of reprokit may shadow a module torch imports
+
+import atexit  # noqa: E402
+import builtins  # noqa: E402
+import gc  # noqa: E402
+import importlib.machinery  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import tempfile  # noqa: E402
+import traceback  # noqa: E402
+
+_POLL = 0.05  # seconds between looks at the children
+
+
+class _Kid:
+    """One forked stage: its socket to the harness, and where it is in the protocol."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid, self.sock = pid, sock
+        self.told = False  # the harness knows it exited
+        self.reap = False  # the harness asked for its return code
+        self.abandoned = False  # the harness hung up: nobody to tell
+
+
+def _preload(modules: list[str]) -> tuple[bytes, bytes]:
+    """Import ``modules`` with fds 1 and 2 on files; what they printed, to replay in each child
+    (a cold stage prints it at its start; a warning shown once here is not shown again)."""
+    saved = [os.dup(1), os.dup(2)]
+    files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+    for fd, file in zip((1, 2), files, strict=True):
+        os.dup2(file.fileno(), fd)
+    try:
+        for name in modules:
+            __import__(name)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, old in zip((1, 2), saved, strict=True):
+            os.dup2(old, fd)
+            os.close(old)
+    printed = []
+    for file in files:
+        file.seek(0)
+        printed.append(file.read())
+        file.close()
+    return printed[0], printed[1]
+
+
+def _runtime_started() -> bool:
+    xla = sys.modules.get("torch_xla")
+    return bool(xla and xla._XLAC._xla_runtime_is_initialized())
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:
+        pass  # the harness hung up; _serve notices on its next read
+
+
+def _serve(control: socket.socket) -> dict | None:
+    """The server's loop; returns a request only in a forked child (which then runs it)."""
+    kids: dict[socket.socket, _Kid] = {}
+    while True:
+        ready, _, _ = select.select([control, *kids], [], [], _POLL)
+        for sock in ready:
+            if sock is control:
+                message, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
+                if not message:
+                    _shutdown(kids)
+                    return None
+                request = json.loads(message)
+                if _fork(request, fds, control, kids):
+                    return request  # the child: on to the stage
+            else:
+                _heard(kids[sock])
+        for kid in list(kids.values()):
+            _look(kid, kids)
+
+
+def _fork(request: dict, fds: list[int], control: socket.socket, kids: dict) -> bool:
+    """Fork the stage; True in the child, whose fds 0, 1, 2 are then /dev/null and the pipes."""
+    sock = socket.socket(fileno=fds[0])
+    if _runtime_started():  # a child would share the parent's PJRT client: refuse
+        _send(sock, {"error": "the server's XLA runtime had started"})
+        sock.close()
+        os.close(fds[1])
+        os.close(fds[2])
+        return False
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _become_stage(request, fds[1:], [sock, control, *kids])
+        return True
+    os.close(fds[1])
+    os.close(fds[2])
+    kids[sock] = _Kid(pid, sock)
+    _send(sock, {"pid": pid})
+    return False
+
+
+def _become_stage(request: dict, pipes: list[int], server: list[socket.socket]) -> None:
+    """In the child: its own session, no descriptor of the server, its stage's environment."""
+    os.setsid()
+    for sock in server:  # held here, they would hide the server's death from the harness
+        sock.close()
+    null = os.open(os.devnull, os.O_RDONLY)
+    for source, target in ((null, 0), (pipes[0], 1), (pipes[1], 2)):
+        os.dup2(source, target)
+        os.close(source)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:  # seeded from the OS at import: each child its own, as cold
+        numpy.random.seed()
+    xla = sys.modules.get("torch_xla")
+    if xla is not None:  # what its import did to the environment, redone on the stage's own
+        xla._setup_default_env()
+        xla._setup_xla_flags()
+
+
+def _heard(kid: _Kid) -> None:
+    try:
+        data = kid.sock.recv(64)
+    except OSError:
+        data = b""
+    if data == b"reap":
+        kid.reap = True
+    elif not data:  # the harness's thread is gone: end the stage, reap it, tell nobody
+        kid.reap = kid.abandoned = True
+        _kill_group(kid.pid)
+
+
+def _look(kid: _Kid, kids: dict) -> None:
+    """Tell the harness once the kid exited; reap it once asked to."""
+    try:
+        info = os.waitid(os.P_PID, kid.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        info = None
+    if info is None:
+        return
+    if not kid.told and not kid.abandoned:
+        _send(kid.sock, {"exited": True})
+        kid.told = True
+    if kid.reap:
+        _, status = os.waitpid(kid.pid, 0)
+        if not kid.abandoned:
+            _send(kid.sock, {"returncode": os.waitstatus_to_exitcode(status)})
+        kid.sock.close()
+        del kids[kid.sock]
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _shutdown(kids: dict) -> None:
+    """The harness is done (or dead): no stage outlives the server."""
+    for kid in kids.values():
+        _kill_group(kid.pid)
+    for kid in kids.values():
+        os.waitpid(kid.pid, 0)
+
+
+def _run_stage(request: dict, printed: tuple[bytes, bytes]) -> None:
+    """Run the script as ``python repro.py ARGS`` would: its folder first on sys.path, the
+    module ``__main__`` with an absolute ``__file__``, compiled without this file's future
+    flags; an exception printed from the script's first frame on; then :func:`_exit`."""
+    os.write(1, printed[0])
+    os.write(2, printed[1])
+    script = os.path.join(request["cwd"], request["script"])
+    sys.argv = list(request["argv"])
+    sys.path.insert(0, os.path.dirname(os.path.realpath(script)))
+    main = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("__main__", None))
+    loader = importlib.machinery.SourceFileLoader("__main__", script)
+    main.__dict__.update(__file__=script, __cached__=None, __loader__=loader, __spec__=None)
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    try:
+        with open(script, "rb") as file:
+            code = compile(file.read(), script, "exec", dont_inherit=True)
+        exec(code, main.__dict__)
+        status = 0
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except BaseException as exc:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:
+            tb = tb.tb_next
+        tb = tb or exc.__traceback__  # the hook prints the exception's own traceback
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        status = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
+    _exit(status, main.__dict__)
+
+
+def _exit_status(code: object) -> int:
+    """What the interpreter makes of ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _exit(status: int, script: dict) -> None:
+    """End as the interpreter ends, less its module teardown (about 1 s once torch is
+    imported, and the point of warm start): non-daemon threads joined, atexit handlers run,
+    the script's own objects released (an unclosed file flushes), the streams flushed.
+    Killed by SIGINT where Python would re-raise it (an uncaught KeyboardInterrupt)."""
+    if "threading" in sys.modules:
+        sys.modules["threading"]._shutdown()
+    atexit._run_exitfuncs()
+    for name in reversed(list(script)):
+        if not name.startswith("__"):
+            del script[name]
+    gc.collect()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            status = status or 120  # as Python: the output could not be written
+    if status == -signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(status & 0xFF)
+
+
+def main() -> tuple[dict, tuple[bytes, bytes]] | None:
+    """Import, say so, serve; returns only in a forked child: its request, and what the
+    imports printed."""
+    modules = [name for name in sys.argv[1].split(",") if name]
+    control = socket.socket(fileno=int(sys.argv[2]))
+    try:
+        printed = _preload(modules)
+    except BaseException:
+        traceback.print_exc()
+        sys.exit(3)
+    if _runtime_started():
+        print("importing started the XLA runtime: no fork is safe", file=sys.stderr)
+        sys.exit(3)
+    gc.freeze()  # what the imports made lives on; a child's collections skip it (and its pages)
+    _send(control, {"ready": os.getpid()})
+    request = _serve(control)
+    return None if request is None else (request, printed)
+
+
+if __name__ == "__main__":
+    _child = main()
+    if _child is not None:  # a forked child: the server is gone from here on
+        _run_stage(*_child)

@@ -1,0 +1,174 @@
+"""Warm start: a stage forked from a server ends as it ends cold, leaves nothing behind, and a
+dead server costs no result; the whole library gives the same tensors both ways."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from reprokit.generate.cases import load_variants
+from reprokit.records import Status
+from reprokit.runner import warm
+from reprokit.runner.options import Options
+from reprokit.runner.scheduler import run
+from reprokit.runner.stage import Launch
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+from reliability_common import FAULT_TEMPLATES, orphans
+
+CASES = Path(__file__).parents[2] / "cases"
+MODES = ["ok", "exit3", "raise", "abort", "segfault", "hang", "grandchild"]
+
+
+def faults(tmp_path: Path, name: str, params: str) -> list:
+    case = tmp_path / f"{name}.toml"
+    case.write_text(f'[case]\ntitle = "t"\ntemplate = "faults"\n{params}')
+    return load_variants([str(case)], templates=[FAULT_TEMPLATES])
+
+
+def endings(summary) -> dict[str, tuple]:
+    """Each variant's second stage: how it ended, as the record says."""
+    found = {}
+    for variant in summary.variants:
+        (second,) = [s for s in variant.stages if s.name == "second"]
+        found[variant.label] = (second.status, second.returncode, second.signal, second.error)
+    return found
+
+
+def test_each_fault_ends_warm_as_it_ends_cold_and_leaves_no_process(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    params = f'[params]\npids = "{pids}"\n[matrix]\nmode = {MODES}\n'
+    summaries = {}
+    for way in ("cold", "warm"):
+        options = Options(jobs=2, timeout=6, grace=1, warm=way == "warm", cache=False)
+        variants = faults(tmp_path, way, params)
+        summaries[way] = run(variants, run_dir=tmp_path / way, options=options)
+        assert orphans(pids, tmp_path / way) == []
+    warm_ends = endings(summaries["warm"])
+    assert {k.replace("warm", "cold"): v for k, v in warm_ends.items()} == endings(
+        summaries["cold"]
+    )
+    statuses = {label.split("[")[1][:-1]: end[:3] for label, end in warm_ends.items()}
+    assert statuses["exit3"] == (Status.ERROR, 3, None)
+    assert statuses["segfault"] == (Status.CRASH, -11, "SIGSEGV")
+    assert statuses["hang"][0] is statuses["grandchild"][0] is Status.TIMEOUT
+    stages = [s for v in summaries["warm"].variants for s in v.stages]
+    assert all("cold start" not in (s.reason or "") for s in stages)  # every one was forked
+
+
+def server_pids() -> list[int]:
+    """This process's warm servers."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        if ppid == os.getpid() and b"warm_server.py" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_server_killed_mid_run_loses_no_result(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    variants = faults(tmp_path, "nap", f'[params]\nnap = 2.0\npids = "{pids}"\n')
+    options = Options(jobs=1, timeout=60, warm=True, cache=False)
+    done: list = []
+    runner = threading.Thread(
+        target=lambda: done.append(run(variants, run_dir=tmp_path / "run", options=options))
+    )
+    runner.start()
+    while not list(pids.glob("*.first.*")) and runner.is_alive():  # a stage is running
+        time.sleep(0.05)
+    killed = server_pids()
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    runner.join()
+    (variant,) = done[0].variants
+    assert killed and variant.outcome.value == "match"
+    assert all(stage.status is Status.OK for stage in variant.stages)
+    reasons = [stage.reason or "" for stage in variant.stages]
+    assert any("died during the stage: re-run cold" in reason for reason in reasons), reasons
+    assert orphans(pids, tmp_path / "run") == []
+
+
+def test_cold_starts_no_server(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a warm server was started")
+
+    monkeypatch.setattr(warm, "_Server", refuse)
+    variants = faults(tmp_path, "cold", "")
+    summary = run(variants, run_dir=tmp_path / "run", options=Options(warm=False, cache=False))
+    assert summary.variants[0].outcome.value == "match"
+
+
+def test_a_server_that_cannot_start_means_cold_starts_that_say_why(tmp_path):
+    python = tmp_path / "python"
+    script = f'case $1 in *warm_server.py) exit 7;; esac\nexec {sys.executable} "$@"\n'
+    python.write_text("#!/bin/sh\n" + script)
+    python.chmod(0o755)
+    options = Options(python=str(python), cache=False)
+    summary = run(faults(tmp_path, "broken", ""), run_dir=tmp_path / "run", options=options)
+    (variant,) = summary.variants
+    assert variant.outcome.value == "match"
+    reasons = [stage.reason or "" for stage in variant.stages]
+    assert all("cold start: the warm server did not start (exit 7" in r for r in reasons), reasons
+
+
+def test_only_multicore_and_unverified_devices_are_kept_from_the_fork():
+    how = Launch(["python", "repro.py"], "s", "xla", {}, Path("."), [], 1.0)
+    assert warm._cold_because(how, "CPU") is None
+    assert warm._cold_because(replace(how, backend="cpu"), "TPU") is None
+    assert "xmp.spawn" in warm._cold_because(replace(how, backend="xla_multicore"), "CPU")
+    assert "TPU" in warm._cold_because(how, "TPU")
+    assert "cuda" in warm._cold_because(replace(how, backend="cuda"), "CPU")
+
+
+@pytest.mark.skipif(not os.environ.get("REPROKIT_LIBRARY"), reason="set REPROKIT_LIBRARY=1")
+def test_the_library_gives_the_same_outcomes_and_tensors_warm_and_cold(tmp_path):
+    variants = load_variants([str(p) for p in sorted(CASES.glob("*.toml"))])
+    summaries = {}
+    for way in ("cold", "warm"):
+        options = Options(jobs=2, warm=way == "warm", cache=False)
+        summaries[way] = run(variants, run_dir=tmp_path / way, options=options)
+    outcomes = {w: {v.label: v.outcome for v in s.variants} for w, s in summaries.items()}
+    assert outcomes["warm"] == outcomes["cold"]
+    devices = {way: _devices(summary) for way, summary in summaries.items()}
+    assert devices["warm"] == devices["cold"]  # CPU_NUM_DEVICES reached the forked runtime
+    files = sorted((tmp_path / "cold").glob("*/stages/*/tensors.pt"))
+    assert files
+    # Elements, not files: a file also holds the bytes of a storage that no element uses
+    # (uninitialized memory), and those differ from one cold run to the next as well.
+    for path in files:
+        twin = tmp_path / "warm" / path.relative_to(tmp_path / "cold")
+        assert _tensors(twin) == _tensors(path), path
+    stages = [st for v in summaries["warm"].variants for st in v.stages]
+    cold = [st.backend for st in stages if "cold start" in (st.reason or "")]
+    assert set(cold) == {"xla_multicore"} and len(cold) < len(stages)  # the rest were forked
+
+
+def _devices(summary) -> dict[tuple[str, str], int | None]:
+    """The XLA devices each stage saw."""
+    stages = ((v.label, st) for v in summary.variants for st in v.stages)
+    return {(label, st.name): (st.xla or {}).get("devices") for label, st in stages}
+
+
+def _tensors(path: Path) -> dict[str, tuple]:
+    """Each tensor's dtype, shape and element bits."""
+    import torch
+
+    found = {}
+    for name, tensor in torch.load(path, weights_only=True).items():
+        flat = tensor.detach().reshape(-1).contiguous()
+        found[name] = (tensor.dtype, tuple(tensor.shape), bytes(flat.view(torch.uint8).numpy()))
+    return found
