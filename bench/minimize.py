@@ -54,13 +54,13 @@ def main() -> None:
                 options=Options(jobs=jobs, cache=False),
                 cache=Cache(tmp / cache),
             )
-            after = {c["param"]: c["after"] for c in report["changes"]}
+            after = {c.param: c.after for c in report.changes}
             rows.append(
                 (
                     label,
                     jobs,
-                    report["candidates"],
-                    report["cache_hits"],
+                    report.candidates,
+                    report.cache_hits,
                     time.monotonic() - start,
                     after,
                 )

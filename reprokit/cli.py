@@ -13,12 +13,13 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 import reprokit
+from reprokit import graph_minimize
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.cases import find_cases, load_case, parse_sets, variants
-from reprokit.generate.templates import list_templates
+from reprokit.generate.templates import did_you_mean, list_templates
 from reprokit.minimize import minimize
 from reprokit.records import Comparison, DiffSummary
 from reprokit.reports.markdown import verdict
@@ -32,6 +33,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Minimal reproductions and issue-ready bug reports for PyTorch/XLA.",
 )
+if hasattr(typer.core.TyperOption, "display_type_rich"):  # typer >= 0.29
+    # typer 0.29 prints a type after every option, so that a flag reads as if it took a value
+    # ("--debug <bool>"): a flag takes none, so it shows none.
+    _display_type = typer.core.TyperOption.display_type_rich
+
+    def _flags_untyped(self: typer.core.TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else _display_type(self, ctx)
+
+    typer.core.TyperOption.display_type_rich = _flags_untyped  # type: ignore[method-assign]
+
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -93,11 +104,17 @@ _python_show_warning = warnings.showwarning
 @app.command("list")
 @reports_errors
 def list_(
+    name: Annotated[
+        str | None, typer.Argument(help="a template or case: its parameters, in full")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     cases: CasesOpt = [],  # noqa: B006 (typer reads the default; it is never mutated)
     templates: TemplatesOpt = [],  # noqa: B006
 ) -> None:
-    """Cases and templates, with their titles."""
+    """Cases and templates, with their titles; with NAME, one template's parameters (type,
+    default, smallest value or choices, help), and a case's values of them."""
+    if name is not None:
+        return _list_one(name, as_json, cases, templates)
     loaded = [load_case(path, templates=templates) for path in find_cases((), cases)]
     found = list_templates(templates)
     if as_json:
@@ -108,14 +125,59 @@ def list_(
         }  # fmt: skip
         out.print_json(json.dumps(data))
         return
-    table = Table("case", "template", "variants", "expect", "title", title="Cases")
+    table = Table(_named("case", loaded), _named("template", found), "variants", "expect")
     for case in loaded:
         count = str(len(variants(case)))
-        table.add_row(case.name, case.template.name, count, case.expect.value, case.title)
+        table.add_row(_titled(case.name, case.title), case.template.name, count, case.expect.value)
     out.print(table)
-    table = Table("template", "parameters", "title", title="Templates")
+    table = Table(_named("template", found), Column("parameters", overflow="fold"))
     for t in found:
-        table.add_row(t.name, ", ".join(t.params), t.title)
+        table.add_row(_titled(t.name, t.title), ", ".join(t.params))
+    out.print(table)
+    out.print("`reprokit list NAME`: one template's or case's parameters in full.")
+
+
+def _named(header: str, items: list[Any]) -> Column:
+    """A column of names that are never cut short (text beside them wraps instead)."""
+    return Column(header, min_width=max([len(i.name) for i in items] + [len(header)]))
+
+
+def _titled(name: str, text: str) -> str:
+    """A name, and under it, dimmed, its title or help: what wraps is the text, not the name."""
+    return f"{escape(name)}\n[dim]{escape(text)}[/]"
+
+
+def _list_one(name: str, as_json: bool, cases: list[Path], templates: list[Path]) -> None:
+    known = {t.name: t for t in list_templates(templates)}
+    case = None
+    try:  # a case first: its table holds its template's parameters, and its own values
+        (path,) = find_cases([name], cases)
+    except ReprokitError:
+        if name not in known:
+            names = sorted({*known, *(p.stem for p in find_cases((), cases))})
+            hint = "`reprokit list` shows every template and case."
+            raise ReprokitError(f"no template or case named {name!r}{did_you_mean(name, names)}",
+                                hint=hint) from None  # fmt: skip
+    else:
+        case = load_case(path, templates=templates)
+    template = case.template if case else known[name]
+    if as_json:
+        out.print_json(json.dumps(template.to_json() | {"case": case.to_json() if case else None}))
+        return
+    params = list(template.params.values())
+    table = Table(_named("parameter", params), "type", "default", "smallest or choices")
+    table.title = f"{template.name}: {template.title}"
+    if case is not None:
+        table.add_column("in the case")
+        table.title = f"{case.name} (template {template.name}): {case.title}"
+    for param in params:
+        least = ", ".join(map(repr, param.choices)) if param.choices else repr(param.min)
+        row = [param.type, "(required)" if param.required else repr(param.default)]
+        row.append("" if param.choices is None and param.min is None else least)
+        if case is not None:
+            given = case.matrix.get(param.name, case.params.get(param.name, row[1]))
+            row.append(repr(given) if given is not row[1] else "(default)")
+        table.add_row(_titled(param.name, param.help), *map(escape, row))
     out.print(table)
 
 
@@ -189,6 +251,9 @@ def run_(
         bool,
         typer.Option("--no-cache", help="run every stage, even those whose inputs did not change"),
     ] = False,
+    cold: Annotated[
+        bool, typer.Option("--cold", help="every stage a fresh Python (no warm-start server)")
+    ] = False,
     cases: CasesOpt = [],  # noqa: B006
     templates: TemplatesOpt = [],  # noqa: B006
 ) -> None:
@@ -202,6 +267,9 @@ def run_(
     if not chosen:
         hint = "`reprokit list` shows every case and its variants."
         raise ReprokitError(f"no variant matches -k {keyword!r}", hint=hint)
+    if not case:  # say what "everything" is before minutes go by
+        count = len({v.case.name for v in chosen})
+        err.print(f"running {len(chosen)} variants of {count} cases (all; name cases to run fewer)")
     options = Options(
         jobs=jobs(n),
         timeout=timeout,
@@ -209,6 +277,7 @@ def run_(
         templates=tuple(templates),
         dump_hlo=dump_hlo,
         cache=not no_cache,
+        warm=not cold,
     )
     run_dir = output or default_run_dir()
     start = time.monotonic()
@@ -248,6 +317,7 @@ def diff_(
     rtol: Annotated[float | None, typer.Option(help="relative tolerance [the dtype's]")] = None,
     atol: Annotated[float | None, typer.Option(help="absolute tolerance [the dtype's]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    every: Annotated[bool, typer.Option("--all", help="a row for equal tensors too")] = False,
 ) -> None:
     """Tensor-by-tensor diff of two checkpoints: torch.save, xser, distributed checkpoint
     folder or safetensors, in any pairing. Exit 0 all close, 1 some differ, 2 bad input."""
@@ -257,10 +327,17 @@ def diff_(
         data = {"reference": str(reference), "target": str(target), "summary": summary.to_json()}
         typer.echo(json.dumps(data | {"comparisons": [c.to_json() for c in comparisons]}, indent=2))
         raise typer.Exit(0 if summary.allclose else 1)
-    table = Table("tensor", "shape", "dtype", "max abs", "max rel", "mismatched", "")
-    for c in (c for c in comparisons if c.shape is not None):
+    rows = [c for c in comparisons if c.shape is not None]
+    shown = [c for c in rows if every or c.cells()["verdict"] != "equal"]
+    longest = max((len(c.tensor) for c in shown), default=6)
+    tensor = Column("tensor", min_width=min(longest, 16), overflow="fold")  # folded, never cut
+    table = Table(tensor, "shape", "dtype", "max abs", "max rel", "mismatched", "")
+    for c in shown:
         table.add_row(*_diff_row(c))
-    out.print(table)
+    if shown:
+        out.print(table)
+    if hidden := len(rows) - len(shown):
+        out.print(f"{hidden} equal tensors not shown (--all shows every row)", highlight=False)
     for c in comparisons:
         if not c.allclose and c.shape is not None:
             out.print(escape(c.describe()), highlight=False)
@@ -303,8 +380,10 @@ def minimize_(
     """Shrink a case to the smallest variant that still shows the same outcome.
 
     Writes OUTPUT/minimal.toml and OUTPUT/repro.py, and a run folder that `reprokit report`
-    reads (summary.json holds the search: run.minimized). Exit 0 done (or budget spent), 130
-    interrupted.
+    reads (summary.json holds the search: run.minimized). A captured program (template
+    exported_program) shrinks to the few operations that still show the outcome: also
+    OUTPUT/minimal.pt2, and a repro.py of aten calls that needs neither reprokit nor the .pt2.
+    Exit 0 done (or budget spent), 130 interrupted.
     """
     variant = _one_variant(case, set_, cases, templates)
     options = Options(
@@ -313,15 +392,23 @@ def minimize_(
         xla_device=backends.xla_device(xla_device),
         templates=tuple(templates),
     )
-    found = minimize(variant, out_dir=output, options=options, budget=budget)
-    table = Table("parameter", "before", "after", title=f"Minimized: {found.target}")
+    if variant.template.name == graph_minimize.TEMPLATE:  # a captured program: its graph
+        found = graph_minimize.minimize_graph(
+            variant, out_dir=output, options=options, budget=budget
+        )
+    else:
+        found = minimize(variant, out_dir=output, options=options, budget=budget)
+    table = Table("", "before", "after", title=f"Minimized: {escape(found.target or '')}")
+    for what, before, after in found.graph.rows() if found.graph else []:
+        table.add_row(what, before, after)
     for change in found.changes:
         table.add_row(change.param, repr(change.before), repr(change.after))
     out.print(table)
+    wrote = "minimal.pt2, minimal.toml and repro.py" if found.graph else "minimal.toml and repro.py"
     out.print(
         f"script {found.lines[0]} -> {found.lines[1]} lines; {found.candidates} candidate "
         f"runs, {found.cache_hits} cache hits, {found.seconds} s ({found.stopped}); "
-        f"wrote {output}/minimal.toml and {output}/repro.py",
+        f"wrote {wrote} into {output}",
         highlight=False,
     )
     raise typer.Exit(130 if found.stopped == "interrupted" else 0)

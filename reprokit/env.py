@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from reprokit.paths import cache_root
+from reprokit.caching import cache_root
 from reprokit.records import Environment, write_json
 from reprokit.redact import redact_env
 

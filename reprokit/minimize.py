@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import shutil
 import sys
@@ -30,6 +29,7 @@ from typing import Any
 
 import tomli_w
 
+from reprokit.caching import cache_root
 from reprokit.env import capture as capture_env
 from reprokit.env import versions
 from reprokit.generate.cases import Variant
@@ -71,8 +71,7 @@ class Cache:
     """Variant results by script content and environment, kept across calls."""
 
     def __init__(self, folder: Path | None = None) -> None:
-        default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "reprokit"
-        self.folder = Path(folder or os.environ.get("REPROKIT_CACHE", default)) / "minimize"
+        self.folder = Path(folder or cache_root()) / "minimize"
         self.folder.mkdir(parents=True, exist_ok=True)
 
     @staticmethod
@@ -298,12 +297,12 @@ def _write(search: Search, stopped: str, seconds: float) -> MinimizeResult:
     for folder in folders:
         (folder / "repro.py").write_text(after, encoding="utf-8")
         minimal.copy_files(folder)
-    (out_dir / "minimal.toml").write_text(_case_toml(minimal, search.target), encoding="utf-8")
+    (out_dir / "minimal.toml").write_text(case_toml(minimal, search.target), encoding="utf-8")
     write_summary(summary, out_dir)
     return found
 
 
-def _case_toml(minimal: Variant, target: Observation | None) -> str:
+def case_toml(minimal: Variant, target: Observation | Any) -> str:
     """The minimal case: only what differs from the template's defaults."""
     original = tomllib.loads(minimal.case.path.read_text("utf-8"))
     defaults = minimal.template.defaults()

@@ -44,6 +44,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--reprokit-xla-device", default=None, metavar="D", help="CPU, TPU or CUDA")
     group.addoption(
+        "--reprokit-cold", action="store_true", help="every stage a fresh Python (no warm start)"
+    )
+    group.addoption(
         "--reprokit-run-dir",
         default=None,
         metavar="DIR",
@@ -112,6 +115,7 @@ class CaseItem(pytest.Item):
             timeout=config.getoption("reprokit_timeout") or Options.timeout,
             xla_device=backends.xla_device(config.getoption("reprokit_xla_device")),
             templates=_templates(config),
+            warm=not config.getoption("reprokit_cold"),
         )
         run_dir = _run_dir(config, self.variant.label)
         try:
@@ -141,7 +145,7 @@ class CaseItem(pytest.Item):
 
 def failure_message(result: VariantResult, folder: Path) -> str:
     """Outcome vs expectation, then the worst tensors or the failing stage's last words."""
-    lines = [f"outcome {result.outcome.value}, expected {result.expected.value}"]
+    lines = [f"outcome {result.outcome.value}, expected {result.expectation}"]
     if result.reason:
         lines[0] += f": {result.reason}"
     bad = [c for c in result.comparisons if not c.allclose]

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 from conftest import TEST_TEMPLATES
+
+ROOT = Path(__file__).parents[1]
 
 
 def test_list_shows_cases_and_templates(cli):
@@ -18,8 +22,39 @@ def test_list_shows_cases_and_templates(cli):
     # case, template, variants, expect: each case on its row
     assert ["xser_to_spmd", "xser_to_spmd", "1", "match"] in [row[1:5] for row in cells]
     assert ["module_forward", "module_forward", "2", "match"] in [row[1:5] for row in cells]
-    templates = result.stdout.split("Templates")[1]
+    templates = result.stdout.split("┃ template")[2]
     assert "│ matmul_numerics " in templates and "│ xser_to_spmd " in templates
+
+
+def list_in_80_columns(*args: str) -> str:
+    env = {**os.environ, "COLUMNS": "80"}
+    command = [sys.executable, "-m", "reprokit", "list", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout
+
+
+def test_list_cuts_no_name_short_in_80_columns():
+    shown = list_in_80_columns()
+    assert max(map(len, shown.splitlines())) <= 80
+    names = {p.stem for p in (ROOT / "cases").glob("*.toml")}
+    names |= {p.name.removesuffix(".py.j2") for p in (ROOT / "templates").glob("[!_]*.py.j2")}
+    assert all(f"│ {name} " in shown for name in names)
+    assert "…" not in shown
+
+
+def test_list_name_shows_one_template_or_case_in_full():
+    template = list_in_80_columns("exported_program")
+    assert template.startswith("exported_program: A program captured with torch.export")
+    row = "│ dtype                      │ str  │ 'captured' │ 'captured', 'float32',"
+    assert row in template and "│ floating dtype to run in" in template  # its help
+    case = list_in_80_columns("matmul_numerics_low_precision")
+    assert "in the case" in case and "'bfloat16'" in case.split("│ dtype")[1].splitlines()[0]
+    assert "(default)" in case.split("│ seed")[1].splitlines()[0]
+
+
+def test_list_of_an_unknown_name_suggests_the_closest(cli):
+    result = cli("list", "xser_to_spm")
+    assert result.exit_code == 2
+    assert "no template or case named 'xser_to_spm'; did you mean xser_to_spmd" in result.stderr
 
 
 def test_list_json_includes_parameter_declarations(cli, tmp_path):
@@ -114,3 +149,10 @@ def test_help_shows_the_defaults_and_exit_codes(cli):
     text = " ".join(result.stdout.split())  # the table wraps lines
     assert "[default: (runs/<time>)]" in text and "[default: (TPU if any, else CPU)]" in text
     assert "2: bad input" in text and "130: interrupted" in text
+
+
+def test_help_shows_flags_as_flags(cli):
+    text = " ".join(cli("--help").stdout.split())
+    assert "--debug show tracebacks" in text  # not "--debug <bool> show tracebacks"
+    text = " ".join(cli("run", "--help").stdout.split())
+    assert "--no-cache run every stage" in text and "-n <str> stages at once" in text

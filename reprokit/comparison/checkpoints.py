@@ -167,9 +167,7 @@ def reading(path: Path) -> Iterator[None]:
 def _unpickling_error(path: Path, exc: Exception) -> ReprokitError:
     """A pickle naming code to run (a global that is not allowed) is refused as such; any
     other unpickling failure is a damaged file."""
-    text = str(exc).partition("WeightsUnpickler error:")[2] or str(exc)
-    detail = " ".join(text.split()).partition(" Please use ")[0].partition(" Check the doc")[0]
-    detail = detail[:300]
+    detail = _why(str(exc))
     if "global" in detail.lower() or "reduce" in detail.lower():
         return ReprokitError(
             "refused to load: the file holds a pickle that could run code",
@@ -181,6 +179,19 @@ def _unpickling_error(path: Path, exc: Exception) -> ReprokitError:
         path,
         hint="Is the file complete, and is it a checkpoint?",
     )
+
+
+_TORCH_BOILERPLATE = ("Weights only load failed", "Check the documentation", "Please use ")
+
+
+def _why(message: str) -> str:
+    """What torch's weights_only refusal says about this file, whole: its paragraphs, less the
+    generic ones (how the default changed in 2.6, where the documentation is)."""
+    text = message.partition("WeightsUnpickler error:")[2] or message
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
+    kept = [p for p in paragraphs if p and not p.startswith(_TORCH_BOILERPLATE)]
+    detail = " ".join(kept).partition(" Please use ")[0] or " ".join(text.split())
+    return detail if len(detail) <= 400 else detail[:400].rsplit(" ", 1)[0] + " ..."
 
 
 # -- torch.save ------------------------------------------------------------------------------

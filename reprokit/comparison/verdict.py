@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reprokit.caching import cache_root, content_digest
 from reprokit.env import versions
 from reprokit.errors import ReprokitError
-from reprokit.paths import cache_root
 from reprokit.records import (
     Comparison,
     Outcome,
@@ -62,9 +62,11 @@ def verdict(
     reason: str | None = None,
     *,
     cached: bool = False,
+    xla_device: str = "CPU",
 ) -> VariantResult:
     """The variant's result once every stage has one; ``reason`` overrides the failure's.
-    ``cached``: comparisons of tensors compared before are reused (see :func:`compare_stages`)."""
+    ``cached``: comparisons of tensors compared before are reused (see :func:`compare_stages`);
+    ``xla_device``: where the XLA stages ran, which picks the case's expectation."""
     ordered = tuple(results[stage.name] for stage in stages)
     compared = compare_stages(variant, stages, results, folder, cached=cached)
     failed = next((r for r in ordered if r.failed), None)
@@ -81,12 +83,13 @@ def verdict(
     else:
         outcome, reason = Outcome.MATCH, None
     assert outcome is not None  # a failed status always names an outcome
+    expected, expected_from, observed = variant.case.expected(xla_device)
     return VariantResult(
         case=variant.case.name,
         label=variant.label,
         variant=dict(variant.params),
         outcome=outcome,
-        expected=variant.case.expect,
+        expected=expected,
         seconds=round(seconds, 3),
         stages=ordered,
         comparisons=tuple(compared.comparisons),
@@ -94,6 +97,9 @@ def verdict(
         reason=reason,
         title=variant.case.title,
         description=variant.case.description,
+        changed=variant.changed,
+        expected_from=expected_from,
+        observed=observed,
     )
 
 
@@ -136,8 +142,8 @@ def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], fo
     names = {n for s in pairs for n in (s.name, s.reference, judges[s.name]) if n}
     for path in [*code, *(folder / "stages" / n / "tensors.pt" for n in sorted(names))]:
         digest.update(str(path.name).encode())
-        with contextlib.suppress(OSError), path.open("rb") as file:
-            digest.update(hashlib.file_digest(file, "sha256").digest())
+        with contextlib.suppress(OSError):
+            digest.update(content_digest(path))
     how = [[s.name, s.reference, judges[s.name]] for s in pairs]
     digest.update(json.dumps([how, variant.tolerances, versions()], sort_keys=True).encode())
     return digest.hexdigest()

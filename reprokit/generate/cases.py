@@ -33,10 +33,11 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "timeout": (float, int),
     },
     "compare": {"rtol": (float, int), "atol": (float, int), "method": str},
-    "expect": {"outcome": str},
+    "expect": {"outcome": str, "observed": str},
 }
 _REQUIRED_KEYS = {"case": ("title", "template")}
 _EXPECTABLE = [o.value for o in Outcome if o is not Outcome.SKIPPED]
+_DEVICES = ("cpu", "tpu", "cuda")  # [expect.tpu]: what the case expects where XLA runs on a TPU
 METHODS = ("allclose", "fp64")  # [compare] method: tolerances, or error against float64
 
 
@@ -55,6 +56,17 @@ class Case:
     compare: dict[str, Any] = field(default_factory=dict)
     expect: Outcome = Outcome.MATCH
     timeout: float | None = None  # seconds each stage may run, instead of --timeout
+    expect_on: dict[str, Outcome] = field(default_factory=dict)  # [expect.tpu], by device kind
+    observed: dict[str, str] = field(default_factory=dict)  # "[expect]" -> where it was seen
+    include: tuple[dict[str, Any], ...] = ()  # [matrix] include: combinations added
+    exclude: tuple[dict[str, Any], ...] = ()  # [matrix] exclude: combinations left out
+
+    def expected(self, xla_device: str) -> tuple[Outcome, str, str | None]:
+        """The outcome expected where XLA runs on ``xla_device``, which table says so, and
+        where that table says the outcome was observed."""
+        device = xla_device.lower()
+        table = f"[expect.{device}]" if device in self.expect_on else "[expect]"
+        return self.expect_on.get(device, self.expect), table, self.observed.get(table)
 
     def to_json(self) -> dict[str, Any]:
         """As ``reprokit list --json`` shows it (its variants added there)."""
@@ -64,6 +76,7 @@ class Case:
             "title": self.title,
             "template": self.template.name,
             "expect": self.expect.value,
+            "expect_on": {device: outcome.value for device, outcome in self.expect_on.items()},
             "tags": list(self.tags),
         }
 
@@ -75,6 +88,7 @@ class Variant:
     case: Case
     params: dict[str, Any]
     choice: dict[str, Any] = field(default_factory=dict)  # the matrix values of this variant
+    sets: dict[str, Any] = field(default_factory=dict)  # what --set changed (not a matrix axis)
 
     @property
     def template(self) -> Template:
@@ -82,11 +96,14 @@ class Variant:
 
     @property
     def label(self) -> str:
-        """``case`` or ``case[v1-v2]``, pytest style; also the variant's folder name."""
-        if not self.choice:
+        """``case`` or ``case[v1-v2]``, pytest style, and ``key=value`` for each ``--set``
+        (``case[v1-mesh_shape=2x2]``), so that runs with other values keep apart; also the
+        variant's folder name."""
+        if not self.choice and not self.sets:
             return self.case.name
-        parts = (re.sub(r"[^\w.=+-]", "_", str(v)) for v in self.choice.values())
-        inside = "-".join(parts)
+        values = [*map(_shown, self.choice.values())]
+        values += [f"{key}={_shown(value)}" for key, value in self.sets.items()]
+        inside = "-".join(re.sub(r"[^\w.=+-]", "_", value) for value in values)
         if len(inside) > 80:  # a folder name must stay short: cut, and keep it unique
             inside = f"{inside[:60]}~{hashlib.sha1(inside.encode()).hexdigest()[:10]}"
         return f"{self.case.name}[{inside}]"
@@ -127,6 +144,21 @@ class Variant:
     def case_info(self) -> dict[str, Any]:
         case = self.case
         return {"name": case.name, "title": case.title, "description": case.description}
+
+    @property
+    def changed(self) -> dict[str, Any]:
+        """Its parameters that are not at the template's default, as the report shows them."""
+        defaults = self.template.defaults()
+        return {
+            k: v for k, v in self.script_params().items() if k not in defaults or defaults[k] != v
+        }
+
+
+def _shown(value: Any) -> str:
+    """A value as a label shows it: a list as a shape (``2x2``), a path by its name."""
+    if isinstance(value, list | tuple):
+        return "x".join(map(_shown, value))
+    return Path(value).name if isinstance(value, str) and "/" in value else str(value)
 
 
 def case_dirs(extra: Iterable[Path] = ()) -> list[Path]:
@@ -180,8 +212,13 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         if table not in (*_SCHEMA, "params", "matrix"):
             where.fail(table, None, f"unknown table [{table}]", hint=_TABLES_HINT)
     sections = {name: _table(data, name, where) for name in (*_SCHEMA, "params", "matrix")}
+    expect = dict(sections["expect"])
+    per_device = {d: _table(expect, d, where, f"expect.{d}") for d in _DEVICES if d in expect}
+    sections["expect"] = {k: v for k, v in expect.items() if k not in per_device}
     for name, keys in _SCHEMA.items():
         _check_keys(sections[name], keys, name, where)
+    for device, table in per_device.items():
+        _check_keys(table, _SCHEMA["expect"], f"expect.{device}", where)
     info = sections["case"]
     try:
         template = find_template(info["template"], templates)
@@ -189,12 +226,15 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         if exc.path is not None:  # the template itself is broken: point at it
             raise
         where.fail("template", "case", exc.message, hint=exc.hint)
-    params, matrix = sections["params"], sections["matrix"]
+    params, matrix = sections["params"], dict(sections["matrix"])
+    combos = {key: _combos(matrix.pop(key, []), key, template, where) for key in _COMBOS}
     _check_params(template, params, matrix, where)
     params, matrix = _resolve_files(template, params, matrix, path.parent, where)
-    expect = sections["expect"].get("outcome", Outcome.MATCH.value)
-    if expect not in _EXPECTABLE:
-        where.fail("outcome", "expect", f"unknown outcome {expect!r}", f"Use one of {_EXPECTABLE}.")
+    for key in combos["exclude"][0] if combos["exclude"] else ():
+        if key not in matrix:
+            where.fail("exclude", "matrix", f"[matrix] exclude names {key!r}, not a matrix axis")
+    expect = _outcome(sections["expect"], "expect", where) or Outcome.MATCH
+    expect_on = {d: _outcome(t, f"expect.{d}", where) for d, t in per_device.items()}
     return Case(
         name=path.stem,
         path=path,
@@ -205,18 +245,54 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         params=params,
         matrix=matrix,
         compare={k: v if k == "method" else float(v) for k, v in sections["compare"].items()},
-        expect=Outcome(expect),
+        expect=expect,
+        expect_on={d: o for d, o in expect_on.items() if o is not None},
+        observed={
+            f"[{name}]": table["observed"]
+            for name, table in [("expect", sections["expect"])]
+            + [(f"expect.{d}", t) for d, t in per_device.items()]
+            if "observed" in table
+        },
         timeout=float(info["timeout"]) if "timeout" in info else None,
+        include=combos["include"],
+        exclude=combos["exclude"],
     )
 
 
 _TABLES_HINT = "A case holds [case], [params], [matrix], [compare] and [expect] (DESIGN.md)."
+_COMBOS = ("include", "exclude")  # [matrix] keys that are lists of combinations, not axes
 
 
-def _table(data: dict[str, Any], name: str, where: _Locator) -> dict[str, Any]:
-    table = data.get(name, {})
+def _combos(value: Any, key: str, template: Template, where: _Locator) -> tuple[dict, ...]:
+    """``[matrix] include`` or ``exclude``: a list of tables of declared parameters."""
+    example = f'{key} = [{{mesh_shape = [4, 1], weight_sharding = "rows"}}]'
+    if not isinstance(value, list) or not all(isinstance(c, dict) and c for c in value):
+        where.fail(key, "matrix", f"[matrix] {key} must be a list of tables", f"E.g. {example}")
+    for combo in value:
+        for name, one in combo.items():
+            param = template.params.get(name)
+            if param is None:
+                where.fail(key, "matrix", f"[matrix] {key}: no parameter {name!r}", example)
+            elif problem := param.problem(one):
+                where.fail(key, "matrix", f"[matrix] {key}: {name} {problem}", param.describe())
+            elif param.type == "file":
+                where.fail(key, "matrix", f"[matrix] {key}: a file ({name}) cannot be combined")
+    return tuple(value)
+
+
+def _outcome(table: dict[str, Any], section: str, where: _Locator) -> Outcome | None:
+    value = table.get("outcome")
+    if value is not None and value not in _EXPECTABLE:
+        where.fail("outcome", section, f"unknown outcome {value!r}", f"Use one of {_EXPECTABLE}.")
+    return None if value is None else Outcome(value)
+
+
+def _table(
+    data: dict[str, Any], name: str, where: _Locator, shown: str | None = None
+) -> dict[str, Any]:
+    table, shown = data.get(name, {}), shown or name
     if not isinstance(table, dict):
-        where.fail(name, None, f"{name} must be a table, [{name}]", hint=_TABLES_HINT)
+        where.fail(shown, None, f"{shown} must be a table, [{shown}]", hint=_TABLES_HINT)
     for key in _REQUIRED_KEYS.get(name, ()):
         if key not in table:
             where.fail(name, None, f"[{name}] lacks {key!r}", hint=f"Add {key} = ... to [{name}].")
@@ -298,18 +374,41 @@ def variants(case: Case, sets: dict[str, Any] | None = None) -> list[Variant]:
             sets = {**sets, key: str(Path(value).resolve())}
     base = {**case.template.defaults(), **case.params, **sets}
     for param in case.template.params.values():
-        if param.required and param.name not in base and param.name not in case.matrix:
+        included = bool(case.include) and all(param.name in c for c in case.include)
+        if param.required and param.name not in base | case.matrix and not included:
             raise ReprokitError(
                 f"missing parameter {param.name!r}",
                 case.path,
                 hint=f"Set it in [params] or with --set: {param.describe()}",
             )
+    return [Variant(case, {**base, **c, **sets}, c, sets) for c in _choices(case, sets)]
+
+
+def _choices(case: Case, sets: dict[str, Any]) -> list[dict[str, Any]]:
+    """The matrix's combinations as GitHub Actions makes them: every product of the axes, less
+    those an ``exclude`` entry matches; then each ``include`` entry is added to the products
+    whose axis values it shares, or, sharing none, is a combination of its own. A ``--set``
+    pins its parameter: an entry that disagrees with it is left out."""
     axes = {k: v for k, v in case.matrix.items() if k not in sets}
-    combos = itertools.product(*axes.values())
-    return [
-        Variant(case, {**base, **choice}, choice)
-        for choice in (dict(zip(axes, combo, strict=True)) for combo in combos)
-    ]
+    products = [dict(zip(axes, c, strict=True)) for c in itertools.product(*axes.values())]
+    if not case.matrix and case.include:
+        products = []  # no axes: the combinations are what include adds
+    found = [c for c in products if not any(_matches({**c, **sets}, e) for e in case.exclude)]
+    originals = list(found)
+    for extra in case.include:
+        if any(k in sets and sets[k] != v for k, v in extra.items()):
+            continue
+        shared = {k: v for k, v in extra.items() if k in axes}
+        matched = [c for c in originals if _matches(c, shared)]
+        for combo in matched:
+            combo.update({k: v for k, v in extra.items() if k not in axes and k not in sets})
+        if not matched:
+            found.append({k: v for k, v in extra.items() if k not in sets})
+    return found
+
+
+def _matches(combo: dict[str, Any], entry: dict[str, Any]) -> bool:
+    return all(k in combo and combo[k] == v for k, v in entry.items())
 
 
 def parse_sets(items: Iterable[str]) -> dict[str, Any]:

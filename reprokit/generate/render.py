@@ -9,6 +9,7 @@ value): a string can never become code, whatever it holds. Templates that want p
 from __future__ import annotations
 
 import json
+import math
 import re
 import textwrap
 from functools import cache
@@ -55,6 +56,21 @@ def _identifier(value: Any) -> Markup:
     return Markup(value)
 
 
+class Refused(Exception):
+    """A template refused the case's values (they cannot make a working script)."""
+
+
+def _mesh_devices(shape: Any, devices: Any) -> int:
+    """The SPMD devices a mesh of ``shape`` takes; ``devices`` (0: as many as the mesh needs)
+    must agree, so that a mesh that cannot fit is refused here, not in the stage."""
+    if not shape or not all(type(n) is int and n >= 1 for n in shape):
+        raise Refused(f"mesh_shape {shape!r} must be a list of positive whole numbers")
+    needed = math.prod(shape)
+    if devices and devices != needed:
+        raise Refused(f"mesh_shape {shape} takes {needed} devices, but spmd_devices is {devices}")
+    return needed
+
+
 @cache
 def environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
     """The one Jinja environment: sandboxed, strict about undefined names."""
@@ -69,6 +85,7 @@ def environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
     )
     env.filters["comment"] = _comment
     env.filters["ident"] = _identifier
+    env.globals["mesh_devices"] = _mesh_devices
     return env
 
 
@@ -89,6 +106,12 @@ def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
                 hint="Declare every variable the template uses in its front matter [params].",
             )
         script = env.get_template(template.path.name).render(context)
+    except Refused as exc:
+        raise ReprokitError(
+            f"{variant.label}: {exc}",
+            variant.case.path,
+            hint="Change it in the case file or with --set; spmd_devices = 0 takes the mesh's.",
+        ) from None
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)
         raise ReprokitError(f"cannot render: {exc}", template.path, line) from None

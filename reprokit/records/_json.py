@@ -37,9 +37,10 @@ def number(value: Any) -> Any:
     return float(value) if isinstance(value, str) else value
 
 
-def write_json(path: Path, data: Any) -> Path:
-    """Write ``data`` as JSON atomically: a temporary file beside it, then os.replace."""
-    text = json.dumps(data, indent=2, default=str) + "\n"
+def write_json(path: Path, data: Any, *, compact: bool = False) -> Path:
+    """Write ``data`` as JSON atomically: a temporary file beside it, then os.replace.
+    ``compact``: on one line, which json's C encoder writes several times faster."""
+    text = json.dumps(data, indent=None if compact else 2, default=str) + "\n"
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:

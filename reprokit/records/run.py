@@ -137,6 +137,9 @@ class VariantResult:
     reason: str | None = None  # why it was skipped or failed, in a line
     title: str = ""  # the case's title and description, for the report
     description: str = ""
+    changed: dict[str, Any] = field(default_factory=dict)  # params not at the template's default
+    expected_from: str | None = None  # the case's table that gave `expected`: [expect.tpu]...
+    observed: str | None = None  # where that table says its outcome was seen ([expect] observed)
 
     @property
     def passed(self) -> bool | None:
@@ -146,6 +149,13 @@ class VariantResult:
     @property
     def mark(self) -> str:
         return MARKS[self.passed]
+
+    @property
+    def expectation(self) -> str:
+        """The expected outcome, with the case's table that gave it when one for the device
+        the XLA stages ran on did: ``mismatch ([expect.tpu])``."""
+        specific = self.expected_from not in (None, "[expect]")
+        return f"{self.expected.value} ({self.expected_from})" if specific else self.expected.value
 
     @property
     def failed_stage(self) -> StageResult | None:
@@ -189,6 +199,53 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One strategy of the graph minimizer: its candidate runs and the operations it removed."""
+
+    strategy: str
+    candidates: int
+    removed: int
+
+
+@dataclass(frozen=True)
+class GraphShrink:
+    """What the graph minimizer removed from a captured program, each figure before -> after:
+    operations (the tensor results the program computes), inputs (the captured ones and the
+    recorded values that replace removed operations) and weights (parameters, buffers,
+    constants)."""
+
+    nodes: tuple[int, int]
+    inputs: tuple[int, int]
+    weights: tuple[int, int]
+    steps: tuple[Step, ...] = ()
+    program: str = "minimal.pt2"  # the minimal program, beside summary.json
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """The table of what was removed: what, before, after."""
+        named = (("operations", self.nodes), ("inputs", self.inputs), ("weights", self.weights))
+        return [(what, str(pair[0]), str(pair[1])) for what, pair in named]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {
+            "nodes": list(self.nodes),
+            "inputs": list(self.inputs),
+            "weights": list(self.weights),
+            "steps": [asdict(s) for s in self.steps],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GraphShrink:
+        return from_json(
+            cls,
+            data,
+            nodes=tuple,
+            inputs=tuple,
+            weights=tuple,
+            steps=lambda items: tuple(Step(**s) for s in items),
+        )
+
+
+@dataclass(frozen=True)
 class MinimizeResult:
     """What ``reprokit minimize`` found: the changes that keep the outcome, and the cost."""
 
@@ -200,22 +257,40 @@ class MinimizeResult:
     cache_hits: int
     seconds: float
     stopped: str  # done, budget or interrupted
+    graph: GraphShrink | None = None  # a captured program's graph, when it was minimized
 
     def describe(self) -> str:
         before = ", ".join(f"{c.param}={c.before!r}" for c in self.changes)
         after = ", ".join(f"{c.param}={c.after!r}" for c in self.changes)
+        if self.graph is not None:
+            nodes = self.graph.nodes
+            moved = f"; parameters `{before}` to `{after}`" if self.changes else ""
+            return (
+                f"Minimized the captured program from {nodes[0]} to {nodes[1]} operations"
+                f"{moved} (script {self.lines[1]} lines, {self.candidates} candidate runs, "
+                f"{self.cache_hits} cache hits, {self.seconds} s, {self.stopped}), "
+                f"still {self.target}."
+            )
         return (
             f"Minimized from `{before}` to `{after}` (script {self.lines[0]} -> "
             f"{self.lines[1]} lines, {self.candidates} candidate runs), still {self.target}."
         )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"changes": [asdict(c) for c in self.changes],
+        data = asdict(self) | {"changes": [asdict(c) for c in self.changes],
                                "lines": list(self.lines)}  # fmt: skip
+        data["graph"] = self.graph.to_json() if self.graph is not None else None
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MinimizeResult:
-        return from_json(cls, data, changes=lambda cs: tuple(Change(**c) for c in cs), lines=tuple)
+        return from_json(
+            cls,
+            data,
+            changes=lambda cs: tuple(Change(**c) for c in cs),
+            lines=tuple,
+            graph=GraphShrink.from_json,
+        )
 
 
 @dataclass(frozen=True)
@@ -265,9 +340,21 @@ class RunSummary:
         return replace(self, variants=tuple(variants), **changes)
 
 
-def write_summary(summary: RunSummary, run_dir: Path) -> Path:
-    """Write RUN_DIR/summary.json atomically."""
-    return write_json(Path(run_dir) / SUMMARY, summary.to_json())
+def write_summary(
+    summary: RunSummary,
+    run_dir: Path,
+    variants: list[dict[str, Any]] | None = None,
+    *,
+    compact: bool = False,
+) -> Path:
+    """Write RUN_DIR/summary.json atomically. A run rewrites it as each variant ends: it gives
+    the variants' JSON made once (``variants``; made anew each time, they cost the square of
+    their number, seconds for a suite), and writes it ``compact`` until the last write."""
+    if variants is None:
+        data = summary.to_json()
+    else:
+        data = replace(summary, variants=()).to_json() | {"variants": variants}
+    return write_json(Path(run_dir) / SUMMARY, data, compact=compact)
 
 
 def read_summary(run_dir: Path) -> RunSummary:

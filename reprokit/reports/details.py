@@ -25,9 +25,12 @@ def collapsed(summary: str, lines: list[str]) -> list[str]:
 def variant_section(variant: VariantResult, rows: int) -> list[str]:
     """A variant's heading, why it ended so, its failed stages, divergence, table, XLA."""
     lines = [
-        f"### `{variant.label}`: {variant.outcome.value} (expected {variant.expected.value})",
+        f"### `{variant.label}`: {variant.outcome.value} (expected {variant.expectation})",
         "",
     ]
+    if variant.changed:  # what makes this variant itself: two runs of a case can differ here
+        shown = ", ".join(f"`{k} = {cell(repr(v))}`" for k, v in variant.changed.items())
+        lines += [f"Parameters not at the template's defaults: {shown}.", ""]
     failed = [s for s in variant.stages if s.failed]
     if variant.reason and not failed:  # else the failed stage says it, with its evidence
         lines += [cell(variant.reason), ""]

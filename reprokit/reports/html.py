@@ -63,7 +63,7 @@ def _results(variants) -> list[str]:
         mark = {"pass": ("ok", "yes"), "fail": ("bad", "no"), "skip": ("", "skipped")}[v.mark]
         rows.append(
             f"<tr><td><code>{escape(v.label)}</code></td><td>{v.outcome.value}</td>"
-            f"<td>{v.expected.value}</td><td class='{mark[0]}'>{mark[1]}</td>"
+            f"<td>{escape(v.expectation)}</td><td class='{mark[0]}'>{mark[1]}</td>"
             f"<td class='num'>{v.seconds:.1f}</td></tr>"
         )
     head = "<tr><th>variant</th><th>outcome</th><th>expected</th><th>as expected</th><th>s</th>"
@@ -73,7 +73,7 @@ def _results(variants) -> list[str]:
 def _variant(variant: VariantResult) -> list[str]:
     lines = [
         f"<h2><code>{escape(variant.label)}</code>: {variant.outcome.value} "
-        f"(expected {variant.expected.value})</h2>"
+        f"(expected {escape(variant.expectation)})</h2>"
     ]
     lines += [f"<p>{_text(line)}</p>" for line in divergence_lines(variant) if line]
     cells = [{k: escape(v) for k, v in c.cells().items()} for c in variant.comparisons

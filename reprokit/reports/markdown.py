@@ -180,6 +180,9 @@ def _expected(variants: list[VariantResult]) -> list[str]:
                 f"- `{v.label}`: the case records the known outcome `{v.expected.value}`; without "
                 "the bug it would be `match`."
             )
+        if v.observed or v.expected_from not in (None, "[expect]"):
+            where = f"; observed: {cell(v.observed)}" if v.observed else ""
+            lines[-1] += f" (the case's {v.expected_from or '[expect]'}{where})"
     return lines
 
 
@@ -225,7 +228,7 @@ def _results_table(variants, rows: int) -> list[str]:
         reused = sum(bool(s.reused) for s in v.stages)
         seconds = f"{v.seconds:.1f}" + (f" ({reused} stages reused)" if reused else "")
         lines.append(
-            f"| `{cell(v.label)}` | {v.outcome.value} | {v.expected.value} | {mark} | {seconds} |"
+            f"| `{cell(v.label)}` | {v.outcome.value} | {v.expectation} | {mark} | {seconds} |"
         )
     if len(variants) > len(shown):
         lines.append(f"\n({len(variants) - len(shown)} more variants in summary.json)")

@@ -28,8 +28,8 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from reprokit.caching import cache_root, content_digest
 from reprokit.env import versions
-from reprokit.paths import cache_root
 from reprokit.records import Stage, StageResult, Status, write_json
 from reprokit.runner import backends
 from reprokit.runner.options import Options
@@ -126,9 +126,7 @@ def _digest(folder: Path, skip: tuple[str, ...] = ()) -> str:
         if relative.parts[0] in skip or path.suffix == ".log" or path.name in UNSTABLE:
             continue
         if path.is_file() and not path.is_symlink():
-            digest.update(str(relative).encode() + b"\0")
-            with path.open("rb") as file:
-                digest.update(hashlib.file_digest(file, "sha256").digest())
+            digest.update(str(relative).encode() + b"\0" + content_digest(path))
     return digest.hexdigest()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
+import threading
 from typing import Any
 
 from reprokit.records import Stage, StageResult, Status
@@ -33,7 +34,7 @@ def read_stages(source: str) -> list[Stage] | None:
     the script to ask costs seconds (it imports torch before it parses its arguments).
     """
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError):
         return None
     stores = [
@@ -56,6 +57,17 @@ def read_stages(source: str) -> list[Stage] | None:
             with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError):
                 literals[target] = ast.literal_eval(value)
     return None
+
+
+_PARSING = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """ast.parse, one thread at a time: before Python 3.12 it is not thread-safe (CPython
+    gh-106905: "AST constructor recursion depth mismatch" when two threads parse at once),
+    and the runner's worker threads read scripts side by side."""
+    with _PARSING:
+        return ast.parse(source)
 
 
 def _names(node: ast.AST, name: str) -> bool:

@@ -26,6 +26,7 @@ class Options:
     grace: float = GRACE
     python: str = sys.executable
     dump_hlo: bool = False  # XLA stages save their graphs as HLO text (stages/S/graphs.hlo.*)
+    warm: bool = True  # stages forked from a server that imported torch already (warm.py)
     cache: bool = True  # reuse a stage's result when nothing it depends on changed (cache.py)
 
 

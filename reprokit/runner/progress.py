@@ -35,7 +35,7 @@ def variant_line(result: VariantResult) -> str:
     cached = f" ({reused} of {len(result.stages)} stages reused)" if reused else ""
     return (
         f"{_MARK[result.mark]}  {escape(result.label)}  {result.outcome.value} "
-        f"(expected {result.expected.value})  {result.seconds:.1f} s{cached}{why}"
+        f"(expected {escape(result.expectation)})  {result.seconds:.1f} s{cached}{why}"
     )
 
 

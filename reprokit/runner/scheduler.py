@@ -52,11 +52,11 @@ from reprokit.runner.dag import blocked
 from reprokit.runner.options import Options
 from reprokit.runner.stage import (
     Executor,
-    LocalExecutor,
     StageJob,
     StagesUnlisted,
     with_devices,
 )
+from reprokit.runner.warm import make_executor
 
 
 class Interrupted(Exception):
@@ -101,16 +101,19 @@ def run(
             run_dir,
             hint="Wait for it to finish, or give this run its own folder with -o RUN_DIR.",
         ) from None
+    warm = None  # the executor made here, whose warm servers end with the run
     try:
         unique = {v.label: v for v in variants}  # a case named twice runs once
         states = [_prepare(i, v, run_dir, options) for i, v in enumerate(unique.values())]
         argv = tuple(redact_text(arg) for arg in argv)  # a --set may carry a token
-        executor = executor or LocalExecutor(options)
+        executor = executor or (warm := make_executor(options))
         if options.cache:
             executor = CachingExecutor(executor, options, run_dir)
         summary = _Summary(run_dir, argv, options)
         return _Scheduler(states, options, executor, summary, reporter).run()
     finally:
+        if warm is not None:
+            warm.close()
         lock.release()
 
 
@@ -160,7 +163,7 @@ class _State:
             and all(n in done and done[n].status is Status.OK for n in stage.needs)
         ]
 
-    def verdict(self, cached: bool) -> VariantResult:
+    def verdict(self, options: Options) -> VariantResult:
         seconds = time.monotonic() - self.start
         found = verdict(
             self.variant,
@@ -169,7 +172,8 @@ class _State:
             self.folder,
             seconds,
             self.reason,
-            cached=cached,
+            cached=options.cache,
+            xla_device=options.xla_device,
         )
         pause("verdict-computed")
         return found
@@ -193,6 +197,7 @@ class _Summary:
     def __init__(self, run_dir: Path, argv: tuple[str, ...], options: Options) -> None:
         self.run_dir, self.cached = run_dir, options.cache
         self.finished: dict[int, VariantResult] = {}
+        self.serialized: dict[int, dict[str, Any]] = {}  # each variant's JSON, made once
         env = capture_env(quick=True)
         self.summary = RunSummary(now(), argv=argv, env=env, xla_device=options.xla_device)
         # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
@@ -208,7 +213,7 @@ class _Summary:
             self.capture.set_exception(exc)
 
     def add(self, index: int, result: VariantResult) -> None:
-        self.finished[index] = result
+        self.finished[index], self.serialized[index] = result, result.to_json()
         self.write()
 
     def write(self, *, interrupted: bool = False, wait_env: bool = False) -> RunSummary:
@@ -218,9 +223,11 @@ class _Summary:
         changes: dict[str, Any] = {"finished": now(), "interrupted": interrupted}
         if self.capture.done() and self.capture.exception() is None:
             changes["env"] = self.capture.result()
-        variants = (self.finished[i] for i in sorted(self.finished))
-        self.summary = self.summary.with_variants(variants, **changes)
-        write_summary(self.summary, self.run_dir)
+        order = sorted(self.finished)
+        self.summary = self.summary.with_variants((self.finished[i] for i in order), **changes)
+        final = wait_env or interrupted  # indented for people: once, at the end
+        variants = [self.serialized[i] for i in order]
+        write_summary(self.summary, self.run_dir, variants, compact=not final)
         return self.summary
 
 
@@ -290,7 +297,7 @@ class _Scheduler:
             self.inflight.clear()
             for state in [s for s in self.active if s.ended]:
                 if all(r.status is not Status.INTERRUPTED for r in state.results.values()):
-                    self._judged(state, state.verdict(self.options.cache))
+                    self._judged(state, state.verdict(self.options))
 
     def _submit(self, call: Callable[[], Any], then: Callable[[cf.Future[Any]], None]) -> bool:
         self.inflight[self.pool.submit(call)] = then
@@ -306,7 +313,7 @@ class _Scheduler:
                 state.phase = Phase.JUDGING
                 self.active.remove(state)
                 return self._submit(
-                    functools.partial(state.verdict, self.options.cache),
+                    functools.partial(state.verdict, self.options),
                     lambda f, s=state: self._judged(s, f.result()),
                 )
         for state in self.active:

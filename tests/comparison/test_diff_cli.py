@@ -71,11 +71,20 @@ def test_same_model_in_every_pair_of_formats_is_identical(cli, saved, a, b):
     assert names == expected if b != "safetensors" else sorted(names) == sorted(expected)
 
 
-def test_the_human_table(cli, saved):
+def test_the_human_table_shows_what_differs_and_counts_the_rest(cli, saved, tmp_path):
     result = cli("diff", saved["dcp"], saved["xser"])
     assert result.exit_code == 0
-    assert "model.0.weight" in result.stdout and "16x8" in result.stdout
+    assert "model.0.weight" not in result.stdout  # equal: counted, not shown
+    assert "4 equal tensors not shown (--all shows every row)" in result.stdout
     assert "4 tensors: 4 equal" in result.stdout
+    every = cli("diff", saved["dcp"], saved["xser"], "--all")
+    assert "model.0.weight" in every.stdout and "16x8" in every.stdout
+    assert "not shown" not in every.stdout
+    state = torch.load(saved["torch"], weights_only=True)
+    state["model"]["2.weight"] += 1
+    torch.save(state, tmp_path / "changed.pt")
+    changed = cli("diff", saved["dcp"], tmp_path / "changed.pt").stdout
+    assert "│ model.2.weight" in changed and "3 equal tensors not shown" in changed
 
 
 def test_one_element_changed_is_named(cli, saved, tmp_path):
@@ -181,3 +190,21 @@ def test_damaged_input_is_exit_2_with_one_clear_message(cli, saved, tmp_path, da
     assert str(path) in result.stderr or path.name in result.stderr
     assert "Traceback" not in result.output
     assert len(result.stderr.strip().splitlines()) <= 4  # message, blank line, hint
+
+
+class System:
+    """What a hostile pickle most often calls: os.system (posix.system when pickled)."""
+
+    def __reduce__(self):
+        return (os.system, ("true",))
+
+
+def test_a_refused_pickle_says_why_whole_and_is_not_called_damaged(cli, saved, tmp_path):
+    path = tmp_path / "system.pt"
+    torch.save({"weight": torch.ones(2), "payload": System()}, path)
+    result = cli("diff", saved["torch"], path)
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.split())
+    assert "refused to load: the file holds a pickle that could run code" in message
+    assert message.endswith("unsupported GLOBAL posix.system whose module posix is blocked.")
+    assert "Is the file complete" not in message and "Weights only load failed" not in message

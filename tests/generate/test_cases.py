@@ -57,6 +57,8 @@ def render_error(cli, path, *extra):
         (GOOD + "count = 2\n[matrix]\ncount = [1, 2]\n", 9, "both [params] and [matrix]"),
         (GOOD + "[compare]\nrtol = -1.0\n", 8, "must not be negative"),
         (GOOD + "[expect]\noutcome = 'works'\n", 8, "unknown outcome 'works'"),
+        (GOOD + "[expect.tpu]\noutcome = 'works'\n", 8, "unknown outcome 'works'"),
+        (GOOD + "[expect.tpu]\nresult = 'match'\n", 8, "unknown key 'result' in [expect.tpu]"),
     ],
 )
 def test_bad_case_names_file_line_and_problem(cli, write_case, text, line, words):
@@ -116,11 +118,48 @@ def test_matrix_expands_into_labelled_variants(write_case):
     }
 
 
+def test_matrix_include_and_exclude_combine_as_github_actions_does(write_case):
+    path = write_case(
+        GOOD
+        + "[matrix]\ncount = [1, 2]\nmode = ['a', 'b']\n"
+        + "exclude = [{count = 2, mode = 'b'}]\n"
+        + "include = [{count = 1, scale = 2.5}, {count = 4, mode = 'a', flag = true}]\n"
+    )
+    found = variants(load_case(path, templates=[TEST_TEMPLATES]))
+    labels = ["case[1-a-2.5]", "case[1-b-2.5]", "case[2-a]", "case[4-a-True]"]
+    assert [v.label for v in found] == labels  # 2x2, less one, an extra on two, one more
+    assert (found[0].params["scale"], found[2].params["scale"]) == (2.5, 1.0)
+    assert found[3].params["flag"] is True and found[3].params["count"] == 4
+    pinned = load_variants([str(path)], sets={"mode": "b"}, templates=[TEST_TEMPLATES])
+    assert [v.label for v in pinned] == ["case[1-2.5-mode=b]"]  # (2, b) excluded; 4 wants a
+
+
+@pytest.mark.parametrize(
+    ("matrix", "words"),
+    [
+        ("exclude = [{count = 2, scale = 1.0}]", "exclude names 'scale', not a matrix axis"),
+        ("include = [{depth = 3}]", "include: no parameter 'depth'"),
+        ("include = [{count = 0}]", "include: count must be at least 1"),
+        ("include = {count = 2}", "include must be a list of tables"),
+    ],
+)
+def test_bad_matrix_include_or_exclude_is_a_clear_error(cli, write_case, matrix, words):
+    message = render_error(cli, write_case(GOOD + f"[matrix]\ncount = [1, 2]\n{matrix}\n"))
+    assert words in message
+
+
 def test_set_overrides_params_and_pins_a_matrix_axis(write_case):
     path = write_case(GOOD + "[matrix]\ncount = [1, 2]\nmode = ['a', 'b']\n")
     sets = parse_sets(["mode=b", "scale=2.5", "shape=[3, 1]", "message=hi there"])
     found = load_variants([str(path)], sets=sets, templates=[TEST_TEMPLATES])
-    assert [v.label for v in found] == ["case[1]", "case[2]"]
+    sets_label = "mode=b-scale=2.5-shape=3x1-message=hi_there"  # each --set shows in the label
+    assert [v.label for v in found] == [f"case[1-{sets_label}]", f"case[2-{sets_label}]"]
+    assert found[0].changed == {
+        "message": "hi there",
+        "scale": 2.5,
+        "shape": [3, 1],
+        "mode": "b",
+    }  # fmt: skip  (count = 1 and flag are at their defaults)
     assert found[0].params["mode"] == "b"
     assert found[0].params["scale"] == 2.5
     assert found[0].params["shape"] == [3, 1]

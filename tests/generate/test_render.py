@@ -134,3 +134,13 @@ def test_broken_template_is_a_clear_error(cli, tmp_path, body, words):
     assert "Traceback" not in result.output
     assert "broken.py.j2" in result.stderr
     assert words in result.stderr
+
+
+@pytest.mark.parametrize("template", ["xser_to_spmd", "dcp_roundtrip"])
+def test_a_mesh_gives_its_stages_their_device_count_or_is_refused_at_render(cli, template):
+    derived = cli("render", template, "--set", "mesh_shape=[2, 3]")
+    assert derived.exit_code == 0 and derived.stdout.count('"devices": 6}') == 2
+    refused = cli("render", template, "--set", "mesh_shape=[2, 3]", "--set", "spmd_devices=4")
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert f"cases/{template}.toml: " in refused.stderr
+    assert "mesh_shape [2, 3] takes 6 devices, but spmd_devices is 4" in refused.stderr

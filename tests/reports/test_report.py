@@ -286,3 +286,37 @@ def test_a_program_too_large_to_attach_is_named_with_what_to_do(small_run):
     with zipfile.ZipFile(small_run / "bundle.zip") as bundle:
         assert "seed[default]/model.pt2" not in bundle.namelist()
         assert "seed[default]/model.pt2" in bundle.read("LEFT_OUT.txt").decode()
+
+
+def test_a_set_value_shows_in_the_label_and_the_report(cli, tmp_path):
+    """Two runs of one case with another value of a parameter keep apart, and say how."""
+    data = Path(__file__).parents[1] / "data"
+    common = ["--cases", data / "cases", "--templates", data / "templates"]
+    for megabytes in (2, 3):
+        run_dir = tmp_path / f"run{megabytes}"
+        ran = cli("run", "mismatch", "--set", f"megabytes={megabytes}", "-o", run_dir, *common)
+        assert ran.exit_code == 0, ran.output
+        assert (run_dir / f"mismatch[megabytes={megabytes}]" / "repro.py").exists()
+        assert cli("report", run_dir, "--format", "md").exit_code == 0
+        report = (run_dir / "report.md").read_text()
+        changed = f"`mode = 'mismatch'`, `megabytes = {megabytes}`."
+        assert f"Parameters not at the template's defaults: {changed}" in report
+
+
+def test_the_expectation_for_the_device_applies_and_the_report_says_which(cli, tmp_path):
+    data = Path(__file__).parents[1] / "data"
+    case = tmp_path / "differs.toml"
+    case.write_text(
+        '[case]\ntitle = "t"\ntemplate = "faulty"\n[params]\nmode = "mismatch"\n'
+        '[expect]\noutcome = "match"\nobserved = "nowhere yet"\n'
+        '[expect.tpu]\noutcome = "mismatch"\nobserved = "a TPU v5e, torch_xla 2.9.0"\n'
+    )
+    common = [case, "--templates", data / "templates"]  # its stages are CPU ones: they run here
+    on_cpu = cli("run", *common, "-o", tmp_path / "cpu", "--xla-device", "CPU")
+    assert on_cpu.exit_code == 1 and "(expected match)" in on_cpu.output
+    on_tpu = cli("run", *common, "-o", tmp_path / "tpu", "--xla-device", "TPU")
+    assert on_tpu.exit_code == 0 and "(expected mismatch ([expect.tpu]))" in on_tpu.output
+    assert cli("report", tmp_path / "tpu", "--format", "md").exit_code == 0
+    report = (tmp_path / "tpu/report.md").read_text()
+    assert "(the case's [expect.tpu]; observed: a TPU v5e, torch_xla 2.9.0)" in report
+    assert "| mismatch | mismatch ([expect.tpu]) | yes |" in report

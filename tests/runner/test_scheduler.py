@@ -207,6 +207,9 @@ def test_cli_exit_codes(cli, tmp_path):
     nothing = cli("run", "ok", "-k", "nothing_like_it", *common)
     assert nothing.exit_code == 2 and "no variant matches" in nothing.output
     assert cli("run", "ok", "--xla-device", "GPU9", *common).exit_code == 2
+    everything = cli("run", "-k", "ok or raise", "-o", tmp_path / "c", *common)
+    assert "running 2 variants of 2 cases (all; name cases to run fewer)" in everything.stderr
+    assert "running" not in passing.stderr  # named cases: no such line
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
