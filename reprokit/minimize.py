@@ -91,6 +91,23 @@ class Cache:
         write_json(self.folder / f"{key}.json", result.to_json())
 
 
+def run_batch(
+    search: Any, variants: list[Variant], keys: list[str], results: list[Any], todo: list[int]
+) -> None:
+    """Run the candidates at ``todo`` side by side, in a run folder of their own, into
+    ``results`` and the cache; counted in ``search`` (a :class:`Search`, or the graph search:
+    ``out_dir``, ``options``, ``cache``, ``runs``, ``batches``)."""
+    if not todo:
+        return
+    search.batches += 1
+    folder = search.out_dir / "candidates" / f"batch-{search.batches:03d}"
+    search.runs += len(todo)
+    summary = run([variants[i] for i in todo], run_dir=folder, options=search.options)
+    for i, result in zip(todo, summary.variants, strict=True):
+        results[i] = result
+        search.cache.put(keys[i], result)
+
+
 class BudgetSpent(Exception):
     """No candidate runs are left."""
 
@@ -119,14 +136,7 @@ class Search:
         results: list[VariantResult | None] = [self.cache.get(k) for k in keys]
         self.hits += sum(r is not None for r in results)
         todo = [i for i, r in enumerate(results) if r is None][: self.budget - self.runs]
-        if todo:
-            self.batches += 1
-            folder = self.out_dir / "candidates" / f"batch-{self.batches:03d}"
-            self.runs += len(todo)
-            summary = run([variants[i] for i in todo], run_dir=folder, options=self.options)
-            for i, result in zip(todo, summary.variants, strict=True):
-                results[i] = result
-                self.cache.put(keys[i], result)
+        run_batch(self, variants, keys, results, todo)
         return results
 
     def _candidate(self, params: dict[str, Any]) -> Variant:

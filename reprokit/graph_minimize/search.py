@@ -28,10 +28,9 @@ import reprokit.graph_minimize.program as program
 from reprokit.generate.cases import Variant
 from reprokit.generate.render import render
 from reprokit.graph_minimize.program import Original, State
-from reprokit.minimize import BudgetSpent, Cache, Search
+from reprokit.minimize import BudgetSpent, Cache, Search, run_batch
 from reprokit.records import Outcome, VariantResult
 from reprokit.runner.options import Options
-from reprokit.runner.scheduler import run
 
 _NODE = re.compile(r"node\.(\d+)\.\w+")
 SIMILAR = 0.6  # how close a candidate's error message must be to the original's (difflib)
@@ -126,16 +125,8 @@ class GraphSearch:
         self.hits += sum(r is not None for r in results)
         buildable = [i for i, r in enumerate(results) if r is None and self._built(states[i])]
         todo = buildable[: self.budget - self.runs]
-        over = len(todo) < len(buildable)
-        if todo:
-            self.batches += 1
-            folder = self.out_dir / "candidates" / f"batch-{self.batches:03d}"
-            self.runs += len(todo)
-            summary = run([variants[i] for i in todo], run_dir=folder, options=self.options)
-            for i, result in zip(todo, summary.variants, strict=True):
-                results[i] = result
-                self.cache.put(keys[i], result)
-        return results, over
+        run_batch(self, variants, keys, results, todo)
+        return results, len(todo) < len(buildable)
 
     def _built(self, state: State) -> bool:
         """The candidate's .pt2 exists or could be written (torch.export may refuse one)."""
