@@ -11,11 +11,17 @@ from reprokit.generate.cases import load_variants
 from reprokit.generate.render import render
 
 
-def run_seed_script(tmp_path, **sets) -> subprocess.CompletedProcess:
-    """Render the seed case, run the script as a maintainer would, in tmp_path/w."""
+def run_seed_script(tmp_path, broken: str | None = None, **sets) -> subprocess.CompletedProcess:
+    """Render the seed case, run the script as a maintainer would, in tmp_path/w; ``broken``:
+    a stage made to raise first thing."""
     (seed,) = load_variants(["xser_to_spmd"], sets=sets)
     script = tmp_path / "repro.py"
-    script.write_text(render(seed))
+    text = render(seed)
+    if broken:
+        header = f"def {broken}(workdir: Path):\n"
+        assert header in text
+        text = text.replace(header, header + '    raise RuntimeError("broken on purpose")\n')
+    script.write_text(text)
     return subprocess.run(
         [sys.executable, str(script), "--workdir", str(tmp_path / "w")],
         capture_output=True,
@@ -48,6 +54,7 @@ def test_seed_script_runs_every_stage_and_compares(tmp_path):
 
 def test_seed_script_exit_code_2_when_a_stage_fails(tmp_path):
     """A broken stage is reported, the stages needing it are skipped, exit code 2."""
-    result = run_seed_script(tmp_path, mesh_shape=[3, 5])  # a mesh of 15, with 4 devices
+    result = run_seed_script(tmp_path, broken="convert")
     assert result.returncode == 2
-    assert "failed or skipped: eval_spmd" in result.stdout
+    assert "failed or skipped: convert, eval_spmd" in result.stdout
+    assert "RuntimeError: broken on purpose" in result.stdout + result.stderr
