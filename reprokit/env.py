@@ -24,6 +24,7 @@ from typing import Any
 from reprokit.caching import cache_root
 from reprokit.records import Environment, write_json
 from reprokit.redact import redact_env
+from reprokit.torch_import import import_module
 
 PACKAGES = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib", "numpy")
 XLA_VARIABLES = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|CPU_NUM_DEVICES$|XRT_|LIBTPU_)")
@@ -96,7 +97,7 @@ def pytorch_env(*, cached: bool = False) -> dict[str, Any]:
 
 def _collect_env() -> dict[str, Any]:
     try:
-        from torch.utils import collect_env
+        collect_env = import_module("torch.utils.collect_env")
     except ImportError:
         return {"error": "torch is not installed"}
     info = collect_env.get_env_info()._asdict()

@@ -29,6 +29,7 @@ from reprokit.records import (
     first_divergence,
     write_json,
 )
+from reprokit.torch_import import import_module
 
 if TYPE_CHECKING:
     from reprokit.generate.cases import Variant
@@ -153,8 +154,8 @@ def _compare(
     variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path
 ) -> Compared:
     compared = Compared()
-    from reprokit.comparison.checkpoints import load_tensors  # torch: only when comparing
-    from reprokit.comparison.tensors import compare_tensors
+    load_tensors = import_module("reprokit.comparison.checkpoints").load_tensors  # torch: only
+    compare_tensors = import_module("reprokit.comparison.tensors").compare_tensors  # here
 
     loaded: dict[str, Any] = {}
 

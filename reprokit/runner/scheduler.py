@@ -19,7 +19,6 @@ import concurrent.futures as cf
 import datetime
 import enum
 import functools
-import importlib
 import shutil
 import threading
 import time
@@ -57,6 +56,7 @@ from reprokit.runner.stage import (
     with_devices,
 )
 from reprokit.runner.warm import make_executor
+from reprokit.torch_import import import_module
 
 
 class Interrupted(Exception):
@@ -387,5 +387,5 @@ def _prewarm_compare() -> None:
     It takes seconds; done at the first verdict instead, it would add them to the run.
     """
     threading.Thread(
-        target=importlib.import_module, args=("reprokit.comparison.tensors",), daemon=True
+        target=import_module, args=("reprokit.comparison.tensors",), daemon=True
     ).start()
