@@ -291,25 +291,34 @@ def _write(search: Search, stopped: str, seconds: float) -> MinimizeResult:
         seconds=round(seconds, 1),
         stopped=stopped,
     )
-    folders = [out_dir]
-    summary = RunSummary(started="", finished="", env=capture_env(quick=True), minimized=found)
-    if search.best_result is not None:
-        result = dataclasses.replace(
-            search.best_result,
-            label=minimal.label,
-            case=minimal.case.name,
-            expected=search.best_result.outcome,  # the outcome it kept is the one to expect
-        )
-        shutil.rmtree(out_dir / minimal.label, ignore_errors=True)
-        (out_dir / minimal.label).mkdir()
-        folders.append(out_dir / minimal.label)
-        summary = summary.with_variants([result])
+    summary, folders = kept(found, search.best_result, minimal, out_dir)
     for folder in folders:
         (folder / "repro.py").write_text(after, encoding="utf-8")
         minimal.copy_files(folder)
     (out_dir / "minimal.toml").write_text(case_toml(minimal, search.target), encoding="utf-8")
     write_summary(summary, out_dir)
     return found
+
+
+def kept(
+    found: MinimizeResult, best: VariantResult | None, minimal: Variant, out_dir: Path
+) -> tuple[RunSummary, list[Path]]:
+    """The run folder `reprokit report` reads: the search's record, and its best result as
+    the one variant, expected to keep the outcome it kept; and the folders that get the
+    minimal script (the output folder, and the variant's own)."""
+    summary = RunSummary(started="", finished="", env=capture_env(quick=True), minimized=found)
+    if best is None:
+        return summary, [out_dir]
+    result = dataclasses.replace(
+        best,
+        label=minimal.label,
+        case=minimal.case.name,
+        variant=minimal.script_params(),
+        expected=best.outcome,
+    )
+    shutil.rmtree(out_dir / minimal.label, ignore_errors=True)
+    (out_dir / minimal.label).mkdir()
+    return summary.with_variants([result]), [out_dir, out_dir / minimal.label]
 
 
 def case_toml(minimal: Variant, target: Observation | Any) -> str:

@@ -17,15 +17,14 @@ import shutil
 import time
 from pathlib import Path
 
-from reprokit.env import capture as capture_env
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Variant
 from reprokit.generate.render import render
 from reprokit.graph_minimize import program, script
 from reprokit.graph_minimize.program import State
 from reprokit.graph_minimize.search import GraphSearch, ParamSearch, Target, shrink_graph
-from reprokit.minimize import BudgetSpent, Cache, case_toml, shrink
-from reprokit.records import Change, MinimizeResult, Outcome, RunSummary, write_summary
+from reprokit.minimize import BudgetSpent, Cache, case_toml, kept, shrink
+from reprokit.records import Change, MinimizeResult, Outcome, write_summary
 from reprokit.records.run import GraphShrink, Step
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted
@@ -115,20 +114,7 @@ def write(search: GraphSearch, params: dict, stopped: str, seconds: float) -> Mi
     minimal = Variant(dataclasses.replace(variant.case, matrix={}), params)
     text, stored = script.standalone(search.original, best, minimal, search.perturbed)
     found = _result(search, minimal, text, stopped, seconds)
-    summary = RunSummary(started="", finished="", env=capture_env(quick=True), minimized=found)
-    folders = [out_dir]
-    if search.best_result is not None:
-        result = dataclasses.replace(
-            search.best_result,
-            label=minimal.label,
-            case=minimal.case.name,
-            variant=minimal.script_params(),
-            expected=search.best_result.outcome,  # the outcome it kept is the one to expect
-        )
-        shutil.rmtree(out_dir / minimal.label, ignore_errors=True)
-        (out_dir / minimal.label).mkdir()
-        folders.append(out_dir / minimal.label)
-        summary = summary.with_variants([result])
+    summary, folders = kept(found, search.best_result, minimal, out_dir)
     for folder in folders:
         script.write(folder, text, stored)
     (out_dir / "minimal.toml").write_text(case_toml(minimal, search.target), encoding="utf-8")

@@ -16,7 +16,6 @@ An executor like any other (it wraps one), so that the scheduler knows nothing o
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -48,8 +47,6 @@ class CachingExecutor:
     def __init__(self, inner: Executor, options: Options, run_dir: Path) -> None:
         self.inner, self.options, self.run_dir = inner, options, run_dir
         self.folder = cache_root() / "results"
-        self.hits = 0
-        self._lock = threading.Lock()
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
         return self.inner.list_stages(folder, stop)
@@ -57,8 +54,6 @@ class CachingExecutor:
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
         key = self.key(job)
         if (reused := self._get(key, job)) is not None:
-            with self._lock:
-                self.hits += 1
             return reused
         result = self.inner.run_stage(job, stop)
         if _keeps(result):
@@ -106,10 +101,6 @@ class CachingExecutor:
             os.rename(temp, self.folder / key)
         except OSError:  # another run kept it first, or the disk is full: no entry then
             shutil.rmtree(temp, ignore_errors=True)
-
-    def close(self) -> None:
-        with contextlib.suppress(AttributeError):
-            self.inner.close()  # type: ignore[attr-defined]
 
 
 def _keeps(result: StageResult) -> bool:
