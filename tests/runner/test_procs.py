@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -69,13 +70,25 @@ def spawn_grandchild(marker: Path) -> str:
     )
 
 
-def test_a_timeout_kills_the_group_with_a_grandchild_that_ignores_sigterm(tmp_path):
+def test_an_ending_kills_the_group_with_a_grandchild_that_ignores_sigterm(tmp_path):
+    # A stop once the grandchild is up, not a short timeout: under CI load the child could still
+    # be inside vfork (where only SIGKILL reaches it) when a timeout fired.
     marker = tmp_path / "grandchild.pid"
+    stop = threading.Event()
+    ready = threading.Thread(target=lambda: wait_for(marker) or stop.set())
+    ready.start()
     code = spawn_grandchild(marker) + "time.sleep(3600)\n"
-    ended = python(tmp_path, code, timeout=8, grace=0.5)
-    assert ended.status is Status.TIMEOUT
+    ended = python(tmp_path, code, stop=stop, timeout=120, grace=0.5)
+    ready.join()
+    assert ended.status is Status.INTERRUPTED
     assert ended.signal == "SIGTERM"  # the child itself went at once; the grandchild needed KILL
     assert gone(int(marker.read_text()))
+
+
+def wait_for(marker: Path) -> None:
+    while not (marker.exists() and marker.read_text()):
+        time.sleep(0.01)
+    time.sleep(0.2)  # the child leaves its wait loop for the long sleep
 
 
 def test_a_grandchild_left_behind_by_a_child_that_exits_is_killed(tmp_path):
