@@ -51,6 +51,9 @@ class CachingExecutor:
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
         return self.inner.list_stages(folder, stop)
 
+    def close(self) -> None:
+        self.inner.close()
+
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
         key = self.key(job)
         if (reused := self._get(key, job)) is not None:
@@ -68,7 +71,7 @@ class CachingExecutor:
             "files": _digest(job.folder, skip=("stages",)),
             "stage": [stage.name, stage.backend, stage.devices, list(stage.needs)],
             "env": sorted((k, v) for k, v in env.items() if STEERING.match(k)),
-            "python": [options.python, sys.version],
+            "python": [job.python or options.python, sys.version],
             "versions": versions(),
             "device": options.xla_device,
             "needs": {n: _digest(job.folder / "stages" / n) for n in sorted(stage.needs)},

@@ -28,6 +28,10 @@ class Options:
     dump_hlo: bool = False  # XLA stages save their graphs as HLO text (stages/S/graphs.hlo.*)
     warm: bool = True  # stages forked from a server that imported torch already (warm.py)
     cache: bool = True  # reuse a stage's result when nothing it depends on changed (cache.py)
+    executor: str = "local"  # where stages run: "local" (this machine) or "ray" (ray_executor.py)
+    ray_address: str | None = None  # the Ray cluster to join; None: ray.init()'s own choice
+    shared_dir: Path | None = None  # a folder every Ray node sees: outputs there, not in objects
+    stages: tuple[str, ...] = ()  # run only these stages (and what they need); () runs all
 
 
 def jobs(value: str) -> int:

@@ -37,6 +37,7 @@ class StageJob:
     folder: Path  # holds repro.py; the stage writes under stages/<name>/
     stage: Stage
     timeout: float | None = None  # the case's own ([case] timeout), else the run's
+    python: str | None = None  # the interpreter of the variant's environment; else the run's
 
 
 class Executor(Protocol):
@@ -48,6 +49,10 @@ class Executor(Protocol):
     def list_stages(
         self, folder: Path, stop: threading.Event
     ) -> tuple[StageResult, list[Stage]]: ...
+
+    def close(self) -> None:
+        """End what it started (servers, a cluster connection); called once, when the run
+        ends."""
 
 
 class StagesUnlisted(Exception):
@@ -76,7 +81,7 @@ class LocalExecutor:
                 "XLA_SAVE_TENSORS_FMT": "hlo",  # torch_xla writes every graph it syncs
                 "XLA_SAVE_TENSORS_FILE": str(folder / "stages" / stage.name / "graphs.hlo"),
             }
-        command = self._script(args)
+        command = self._script(args, job.python)
         result = self.spawn(command, folder, stage.name, stage.backend, env, stop, job.timeout)
         pause("stage-ended")
         written = _result_json(folder / "stages" / stage.name)
@@ -107,8 +112,11 @@ class LocalExecutor:
             raise StagesUnlisted(failed, f"{LIST_STAGES} gave no stage DAG: {exc}") from None
         return result, _probed(stages)
 
-    def _script(self, args: list[str]) -> list[str]:
-        return [self.options.python, "repro.py", *args]
+    def close(self) -> None:
+        """Nothing to end: each child ended with its stage."""
+
+    def _script(self, args: list[str], python: str | None = None) -> list[str]:
+        return [python or self.options.python, "repro.py", *args]
 
     def spawn(
         self,

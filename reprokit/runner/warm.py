@@ -46,7 +46,7 @@ from reprokit.records import Status
 from reprokit.runner.dag import parse_python
 from reprokit.runner.options import Options
 from reprokit.runner.procs import Ended, supervise
-from reprokit.runner.stage import LIST_STAGES, Launch, LocalExecutor
+from reprokit.runner.stage import LIST_STAGES, Executor, Launch, LocalExecutor
 from reprokit.runner.watchdog import WATCHDOG
 
 SERVER = Path(__file__).with_name("warm_server.py")
@@ -64,13 +64,19 @@ class ServerLost(Exception):
     """The server is gone (killed, crashed) or refused: the stage starts cold."""
 
 
-def make_executor(options: Options) -> WarmExecutor:
-    """The executor of ``reprokit run``: warm unless ``options.warm`` is off."""
+def make_executor(options: Options) -> Executor:
+    """The executor of ``reprokit run``: on a Ray cluster, or here, warm unless
+    ``options.warm`` is off. Its ``close()`` ends what it started."""
+    if options.executor == "ray":  # imported only here: Ray is an optional extra
+        from reprokit.runner.ray_executor import RayExecutor
+
+        return RayExecutor(options)
     return WarmExecutor(options)
 
 
 @dataclass(frozen=True)
 class _Key:
+    python: str  # the run's, or that of the variant's environment
     preload: tuple[str, ...]
     env: frozenset[tuple[str, str]]
 
@@ -94,7 +100,7 @@ class WarmExecutor(LocalExecutor):
         why = _cold_because(how, self.options.xla_device)
         server = None
         if why is None:
-            key = _Key(_preload(how), _key_env(how.env))
+            key = _Key(how.command[0], _preload(how), _key_env(how.env))
             server, why = self._server(key, stop)
         if server is None:
             return self._cold(how, stop, why)
@@ -145,7 +151,7 @@ class WarmExecutor(LocalExecutor):
                 if len(self._servers) >= MAX_SERVERS:
                     return None, f"more than {MAX_SERVERS} environments need a warm server"
             try:
-                server = _Server(self.options.python, key, stop)
+                server = _Server(key, stop)
             except ServerLost as exc:
                 with self._lock:
                     self._refused[key] = f"the warm server did not start ({exc})"
@@ -227,13 +233,13 @@ def _clear_outputs(stage_dir: Path, keep: list[Path]) -> None:
 class _Server:
     """One server process, its control socket, and the forks it makes for us."""
 
-    def __init__(self, python: str, key: _Key, stop: threading.Event) -> None:
+    def __init__(self, key: _Key, stop: threading.Event) -> None:
         self.key = key
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()  # what it printed, should it fail to start
         with theirs:
             self.proc = subprocess.Popen(
-                [python, str(SERVER), ",".join(key.preload), str(theirs.fileno())],
+                [key.python, str(SERVER), ",".join(key.preload), str(theirs.fileno())],
                 stdin=subprocess.DEVNULL,
                 stdout=self.log,
                 stderr=self.log,
