@@ -90,7 +90,7 @@ def run(
     before anything runs.
     """
     options = options or Options()
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).absolute()  # a stage forked by a warm server starts in "/"
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(run_dir / ".reprokit.lock")
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.generate.cases import load_variants
-from reprokit.records import Status
+from reprokit.records import Status, read_summary
 from reprokit.runner import warm
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
@@ -172,3 +172,12 @@ def _tensors(path: Path) -> dict[str, tuple]:
         flat = tensor.detach().reshape(-1).contiguous()
         found[name] = (tensor.dtype, tuple(tensor.shape), bytes(flat.view(torch.uint8).numpy()))
     return found
+
+
+def test_a_run_folder_given_relative_works_warm(cli, tmp_path, monkeypatch):
+    # The quick start's `-o runs/seed`: a forked stage starts where the server is ("/").
+    monkeypatch.chdir(tmp_path)
+    result = cli("run", "module_forward", "-k", "mlp", "-o", "runs/relative")
+    assert result.exit_code == 0, result.output
+    (variant,) = read_summary(tmp_path / "runs" / "relative").variants
+    assert all("cold start" not in (stage.reason or "") for stage in variant.stages)
