@@ -17,9 +17,13 @@ from rich.table import Column, Table
 
 import reprokit
 from reprokit import graph_minimize
+from reprokit.bisect import bisect, describe
+from reprokit.envs import env_python, parse_env
+from reprokit.envs import releases as release_list
 from reprokit.errors import ReprokitError, ReprokitWarning
-from reprokit.generate.cases import find_cases, load_case, parse_sets, variants
+from reprokit.generate.cases import Variant, find_cases, load_case, parse_sets, variants
 from reprokit.generate.templates import did_you_mean, list_templates
+from reprokit.merge import merge
 from reprokit.minimize import minimize
 from reprokit.records import Comparison, DiffSummary
 from reprokit.reports.markdown import verdict
@@ -53,6 +57,11 @@ TemplatesOpt = Annotated[
     list[Path], typer.Option("--templates", help="a folder of your own templates (wins)")
 ]
 SetOpt = Annotated[list[str], typer.Option("--set", help="override a parameter: KEY=VALUE")]
+EnvOpt = Annotated[
+    list[str],
+    typer.Option("--env", help='NAME="REQUIREMENTS": run in this uv environment (repeatable)'),
+]
+EXECUTORS = ("local", "ray")
 RunDirOpt = Annotated[
     Path | None, typer.Option("-o", "--output", help="the run folder", show_default="runs/<time>")
 ]
@@ -254,6 +263,21 @@ def run_(
     cold: Annotated[
         bool, typer.Option("--cold", help="every stage a fresh Python (no warm-start server)")
     ] = False,
+    stages: Annotated[
+        str | None,
+        typer.Option("--stages", help="only these stages, and those they need: NAME[,NAME...]"),
+    ] = None,
+    env: EnvOpt = [],  # noqa: B006
+    executor: Annotated[
+        str, typer.Option("--executor", help="where stages run: local, or ray (a Ray cluster)")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", help="the Ray cluster (ray.init's address)")
+    ] = None,
+    shared_dir: Annotated[
+        Path | None,
+        typer.Option("--shared-dir", help="a folder every Ray node sees: outputs travel there"),
+    ] = None,
     cases: CasesOpt = [],  # noqa: B006
     templates: TemplatesOpt = [],  # noqa: B006
 ) -> None:
@@ -262,7 +286,9 @@ def run_(
     Exit 0: every variant ended as its case expects; 1: some did not; 2: bad input;
     130: interrupted.
     """
-    found = reprokit.load_cases(case or [], sets=parse_sets(set_), cases=cases, templates=templates)
+    envs = [parse_env(text) for text in env] or None
+    sets = parse_sets(set_)
+    found = reprokit.load_cases(case or [], sets=sets, cases=cases, templates=templates, envs=envs)
     chosen = select(found, keyword, lambda v: v.label)
     if not chosen:
         hint = "`reprokit list` shows every case and its variants."
@@ -278,7 +304,12 @@ def run_(
         dump_hlo=dump_hlo,
         cache=not no_cache,
         warm=not cold,
+        executor=_executor(executor),
+        ray_address=ray_address,
+        shared_dir=shared_dir,
+        stages=tuple(filter(None, (stages or "").split(","))),
     )
+    build_envs(chosen)
     run_dir = output or default_run_dir()
     start = time.monotonic()
     try:
@@ -293,6 +324,20 @@ def run_(
         raise typer.Exit(130) from None
     out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
     raise typer.Exit(1 if summary.count(False) else 0)
+
+
+def _executor(name: str) -> str:
+    if name not in EXECUTORS:
+        raise ReprokitError(f"--executor {name!r}: not one of {', '.join(EXECUTORS)}",
+                            hint="--executor ray runs stages on a Ray cluster")  # fmt: skip
+    return name
+
+
+def build_envs(variants: list[Variant]) -> None:
+    """Each environment the variants name, built before the run (or found in the cache), so
+    that minutes of installing are said rather than silent."""
+    for spec in dict.fromkeys(v.env for v in variants if v.env):
+        env_python(spec, announce=lambda line: err.print(line, highlight=False))
 
 
 @app.command("report")
@@ -412,6 +457,57 @@ def minimize_(
         highlight=False,
     )
     raise typer.Exit(130 if found.stopped == "interrupted" else 0)
+
+
+@app.command("merge")
+@reports_errors
+def merge_(
+    runs: Annotated[list[Path], typer.Argument(help="run folders of the same cases")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="the merged run folder")],
+    cases: CasesOpt = [],  # noqa: B006
+    templates: TemplatesOpt = [],  # noqa: B006
+) -> None:
+    """One run from the stages of several (the CPU side run here, the TPU side there, each
+    with --stages): comparisons and verdicts computed anew; the report shows each machine.
+    Exit 0: every variant as its case expects; 1: some not; 2: runs that cannot be merged."""
+    start = time.monotonic()
+    summary = merge(runs, output, cases=cases, templates=templates, argv=sys.argv)
+    out.print(progress.closing_line(summary, output, time.monotonic() - start), highlight=False)
+    raise typer.Exit(1 if summary.count(False) else 0)
+
+
+@app.command("bisect")
+@reports_errors
+def bisect_(
+    case: Annotated[list[str], typer.Argument(help="case names or .toml paths")],
+    releases: Annotated[
+        str, typer.Option("--releases", help="torch_xla releases: 2.5..2.9, or 2.5,2.7,2.9")
+    ],
+    output: RunDirOpt = None,
+    set_: SetOpt = [],  # noqa: B006
+    n: Annotated[str, typer.Option("-n", help="stages at once: N or auto (one per CPU)")] = "1",
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds per stage")] = TIMEOUT,
+    cases: CasesOpt = [],  # noqa: B006
+    templates: TemplatesOpt = [],  # noqa: B006
+) -> None:
+    """The torch_xla release where the cases' outcome changed: runs the first and the last
+    release, then bisects. Each release is a uv environment (torch_xla and its torch).
+    Exit 0: a change found (printed, and in OUT/bisect.json); 1: the same outcome at both
+    ends; 2: bad input; 130: interrupted."""
+    options = Options(jobs=jobs(n), timeout=timeout, templates=tuple(templates))
+    run_dir = output or default_run_dir()
+    try:
+        found = bisect(
+            case, release_list(releases), run_dir, options=options, sets=parse_sets(set_),
+            cases=cases, templates=templates, announce=lambda line: err.print(line),
+        )  # fmt: skip
+    except reprokit.Interrupted:
+        out.print(f"[bold red]interrupted[/]: what ran is in {escape(str(run_dir))}")
+        raise typer.Exit(130) from None
+    for line in describe(found):
+        out.print(escape(line), highlight=False)
+    out.print(f"wrote {escape(str(run_dir / 'bisect.json'))}", highlight=False)
+    raise typer.Exit(0 if found.changed else 1)
 
 
 @app.command("capture")

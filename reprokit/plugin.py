@@ -47,6 +47,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--reprokit-cold", action="store_true", help="every stage a fresh Python (no warm start)"
     )
     group.addoption(
+        "--reprokit-executor",
+        default="local",
+        choices=("local", "ray"),
+        help="where stages run: local, or ray (a Ray cluster)",
+    )
+    group.addoption(
+        "--reprokit-ray-address", default=None, metavar="ADDR", help="the Ray cluster to join"
+    )
+    group.addoption(
         "--reprokit-run-dir",
         default=None,
         metavar="DIR",
@@ -116,6 +125,8 @@ class CaseItem(pytest.Item):
             xla_device=backends.xla_device(config.getoption("reprokit_xla_device")),
             templates=_templates(config),
             warm=not config.getoption("reprokit_cold"),
+            executor=config.getoption("reprokit_executor"),
+            ray_address=config.getoption("reprokit_ray_address"),
         )
         run_dir = _run_dir(config, self.variant.label)
         try:

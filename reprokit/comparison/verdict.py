@@ -101,6 +101,9 @@ def verdict(
         changed=variant.changed,
         expected_from=expected_from,
         observed=observed,
+        env={"name": variant.env.name, "requirements": list(variant.env.requirements)}
+        if variant.env
+        else None,
     )
 
 

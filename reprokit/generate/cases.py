@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reprokit.envs import EnvSpec, parse_env
 from reprokit.errors import ReprokitError
 from reprokit.generate.templates import Template, builtin_dir, did_you_mean, find_template
 from reprokit.records import Outcome
@@ -60,6 +61,7 @@ class Case:
     observed: dict[str, str] = field(default_factory=dict)  # "[expect]" -> where it was seen
     include: tuple[dict[str, Any], ...] = ()  # [matrix] include: combinations added
     exclude: tuple[dict[str, Any], ...] = ()  # [matrix] exclude: combinations left out
+    envs: tuple[EnvSpec, ...] = ()  # [envs]: each variant runs in each of these environments
 
     def expected(self, xla_device: str) -> tuple[Outcome, str, str | None]:
         """The outcome expected where XLA runs on ``xla_device``, which table says so, and
@@ -78,6 +80,7 @@ class Case:
             "expect": self.expect.value,
             "expect_on": {device: outcome.value for device, outcome in self.expect_on.items()},
             "tags": list(self.tags),
+            "envs": {env.name: list(env.requirements) for env in self.envs},
         }
 
 
@@ -89,6 +92,7 @@ class Variant:
     params: dict[str, Any]
     choice: dict[str, Any] = field(default_factory=dict)  # the matrix values of this variant
     sets: dict[str, Any] = field(default_factory=dict)  # what --set changed (not a matrix axis)
+    env: EnvSpec | None = None  # the environment it runs in (--env, [envs]); None: reprokit's
 
     @property
     def template(self) -> Template:
@@ -97,16 +101,17 @@ class Variant:
     @property
     def label(self) -> str:
         """``case`` or ``case[v1-v2]``, pytest style, and ``key=value`` for each ``--set``
-        (``case[v1-mesh_shape=2x2]``), so that runs with other values keep apart; also the
-        variant's folder name."""
+        (``case[v1-mesh_shape=2x2]``), so that runs with other values keep apart, and
+        ``@env`` for its environment (``case[v1]@2.8``); also the variant's folder name."""
+        at = "@" + re.sub(r"[^\w.+-]", "_", self.env.name) if self.env else ""
         if not self.choice and not self.sets:
-            return self.case.name
+            return self.case.name + at
         values = [*map(_shown, self.choice.values())]
         values += [f"{key}={_shown(value)}" for key, value in self.sets.items()]
         inside = "-".join(re.sub(r"[^\w.=+-]", "_", value) for value in values)
         if len(inside) > 80:  # a folder name must stay short: cut, and keep it unique
             inside = f"{inside[:60]}~{hashlib.sha1(inside.encode()).hexdigest()[:10]}"
-        return f"{self.case.name}[{inside}]"
+        return f"{self.case.name}[{inside}]{at}"
 
     @property
     def tolerances(self) -> dict[str, float | None]:
@@ -209,9 +214,9 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         ) from None
     where = _Locator(path, text)
     for table in data:
-        if table not in (*_SCHEMA, "params", "matrix"):
+        if table not in (*_SCHEMA, *_FREE):
             where.fail(table, None, f"unknown table [{table}]", hint=_TABLES_HINT)
-    sections = {name: _table(data, name, where) for name in (*_SCHEMA, "params", "matrix")}
+    sections = {name: _table(data, name, where) for name in (*_SCHEMA, *_FREE)}
     expect = dict(sections["expect"])
     per_device = {d: _table(expect, d, where, f"expect.{d}") for d in _DEVICES if d in expect}
     sections["expect"] = {k: v for k, v in expect.items() if k not in per_device}
@@ -256,10 +261,29 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         timeout=float(info["timeout"]) if "timeout" in info else None,
         include=combos["include"],
         exclude=combos["exclude"],
+        envs=tuple(_env(name, value, where) for name, value in sections["envs"].items()),
     )
 
 
-_TABLES_HINT = "A case holds [case], [params], [matrix], [compare] and [expect] (DESIGN.md)."
+_FREE = ("params", "matrix", "envs")  # tables whose keys are the case's own
+_TABLES_HINT = (
+    "A case holds [case], [params], [matrix], [compare], [expect] and [envs] (docs/cases.md)."
+)
+
+
+def _env(name: str, value: Any, where: _Locator) -> EnvSpec:
+    """``[envs]`` ``NAME = "REQUIREMENT ..."`` (or a list of requirements)."""
+    if isinstance(value, list) and all(isinstance(r, str) for r in value):
+        value = " ".join(value)
+    example = '"2.8" = "torch==2.8.0 torch_xla==2.8.0"'
+    if not isinstance(value, str):
+        where.fail(name, "envs", f"[envs] {name} must be requirements", f"E.g. {example}")
+    try:
+        return parse_env(f"{name}={value}")
+    except ReprokitError as exc:
+        where.fail(name, "envs", f"[envs] {name}: {exc.message}", exc.hint)
+
+
 _COMBOS = ("include", "exclude")  # [matrix] keys that are lists of combinations, not axes
 
 
@@ -355,9 +379,13 @@ def _resolve_files(
     return params, matrix
 
 
-def variants(case: Case, sets: dict[str, Any] | None = None) -> list[Variant]:
-    """The case's variants: one per combination of its matrix, ``sets`` applied last."""
+def variants(
+    case: Case, sets: dict[str, Any] | None = None, envs: Iterable[EnvSpec] | None = None
+) -> list[Variant]:
+    """The case's variants: one per combination of its matrix, ``sets`` applied last, in each
+    of ``envs`` (``--env``), else of the case's own ``[envs]``."""
     sets = sets or {}
+    envs = tuple(case.envs if envs is None else envs) or (None,)
     for key, value in sets.items():
         param = case.template.params.get(key)
         if param is None:
@@ -381,7 +409,11 @@ def variants(case: Case, sets: dict[str, Any] | None = None) -> list[Variant]:
                 case.path,
                 hint=f"Set it in [params] or with --set: {param.describe()}",
             )
-    return [Variant(case, {**base, **c, **sets}, c, sets) for c in _choices(case, sets)]
+    return [
+        Variant(case, {**base, **c, **sets}, c, sets, env)
+        for c in _choices(case, sets)
+        for env in envs
+    ]
 
 
 def _choices(case: Case, sets: dict[str, Any]) -> list[dict[str, Any]]:
@@ -433,12 +465,14 @@ def load_variants(
     sets: dict[str, Any] | None = None,
     cases: Iterable[Path] = (),
     templates: Iterable[Path] = (),
+    envs: Iterable[EnvSpec] | None = None,
 ) -> list[Variant]:
     """Every variant of the selected cases (all cases when none is selected)."""
+    envs = None if envs is None else tuple(envs)
     return [
         variant
         for path in find_cases(list(selectors), cases)
-        for variant in variants(load_case(path, templates=templates), sets)
+        for variant in variants(load_case(path, templates=templates), sets, envs)
     ]
 
 

@@ -85,6 +85,8 @@ class StageResult:
     error: str | None = None  # a failed stage's exception, e.g. "AssertionError: ..."
     stderr_tail: tuple[str, ...] = ()  # a failed stage's last words
     reused: str | None = None  # the run folder whose result the results cache gave instead
+    versions: dict[str, str | None] | None = None  # torch, torch_xla as the stage imported them
+    host: str | None = None  # the machine it ran on, when not this one (a Ray node)
 
     @property
     def failed(self) -> bool:
@@ -140,6 +142,7 @@ class VariantResult:
     changed: dict[str, Any] = field(default_factory=dict)  # params not at the template's default
     expected_from: str | None = None  # the case's table that gave `expected`: [expect.tpu]...
     observed: str | None = None  # where that table says its outcome was seen ([expect] observed)
+    env: dict[str, Any] | None = None  # the environment it ran in (--env): name, requirements
 
     @property
     def passed(self) -> bool | None:
@@ -294,6 +297,24 @@ class MinimizeResult:
 
 
 @dataclass(frozen=True)
+class Machine:
+    """One run folder that ``reprokit merge`` took stage results from: the machine it ran
+    on, and which of the merged stages are its."""
+
+    run: str  # the run folder, as given to merge
+    env: Environment
+    stages: tuple[str, ...]  # the stages it gave, by name (of any variant)
+    xla_device: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"env": self.env.to_json(), "stages": list(self.stages)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Machine:
+        return from_json(cls, data, env=Environment.from_json, stages=tuple)
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """The whole run: what summary.json holds."""
 
@@ -305,6 +326,7 @@ class RunSummary:
     interrupted: bool = False
     minimized: MinimizeResult | None = None  # a folder `reprokit minimize` wrote
     xla_device: str | None = None  # the XLA device kind the run asked for (--xla-device)
+    machines: tuple[Machine, ...] = ()  # a merged run: the runs (machines) it was merged from
 
     def count(self, passed: bool | None) -> int:
         return sum(v.passed is passed for v in self.variants)
@@ -320,6 +342,8 @@ class RunSummary:
         }
         if self.minimized is not None:
             run["minimized"] = self.minimized.to_json()
+        if self.machines:
+            run["machines"] = [m.to_json() for m in self.machines]
         return {"run": run, "variants": [v.to_json() for v in self.variants]}
 
     @classmethod
@@ -334,6 +358,7 @@ class RunSummary:
             interrupted=run.get("interrupted", False),
             minimized=run.get("minimized") and MinimizeResult.from_json(run["minimized"]),
             xla_device=run.get("xla_device"),
+            machines=tuple(map(Machine.from_json, run.get("machines", ()))),
         )
 
     def with_variants(self, variants: Iterable[VariantResult], **changes: Any) -> RunSummary:

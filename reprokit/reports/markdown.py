@@ -198,8 +198,48 @@ def _environment(summary: RunSummary) -> list[str]:
     if seen:
         counts = ", ".join(f"{n} x {kind}" for kind, n in sorted(seen))
         lines.append(f"- XLA devices the stages saw: {counts}")
+    if summary.machines:
+        return [*lines, "", *_machines(summary)]
     lines += ["", "| | |", "| --- | --- |"]
     lines += [f"| {cell(k)} | {cell(v)} |" for k, v in summary.env.rows()]
+    return [*lines, *_envs_table(summary.variants)]
+
+
+def _machines(summary: RunSummary) -> list[str]:
+    """A merged run: each machine's environment side by side, and the stages it ran."""
+    machines = summary.machines
+    rows: dict[str, list[str]] = {"run folder": [m.run for m in machines]}
+    rows["stages it ran"] = [", ".join(m.stages) or "none" for m in machines]
+    rows["XLA device asked for"] = [m.xla_device or "?" for m in machines]
+    for index, machine in enumerate(machines):
+        for key, value in machine.env.rows():
+            rows.setdefault(key, [""] * len(machines))[index] = value
+    lines = ["### Machines", "", "| | " + " | ".join(f"machine {i + 1}" for i in
+                                                     range(len(machines))) + " |"]  # fmt: skip
+    lines.append("| --- |" + " --- |" * len(machines))
+    lines += [f"| {cell(k)} | " + " | ".join(cell(v) for v in vs) + " |" for k, vs in rows.items()]
+    return lines
+
+
+def _envs_table(variants: tuple[VariantResult, ...]) -> list[str]:
+    """Variants run in several environments (--env): the outcome of each in each, and what
+    its stages really imported."""
+    envs = list(dict.fromkeys(v.env["name"] for v in variants if v.env))
+    if not envs:
+        return []
+    outcomes: dict[str, dict[str, str]] = {}
+    imported: dict[str, str] = {}
+    for v in (v for v in variants if v.env):
+        outcomes.setdefault(v.label.rsplit("@", 1)[0], {})[v.env["name"]] = v.outcome.value
+        found = next((s.versions for s in v.stages if (s.versions or {}).get("torch_xla")),
+                     None)  # fmt: skip
+        if found:
+            imported[v.env["name"]] = f"torch {found['torch']}, torch_xla {found['torch_xla']}"
+    lines = ["", "### Environments", "", "| variant | " + " | ".join(map(cell, envs)) + " |"]
+    lines.append("| --- |" + " --- |" * len(envs))
+    lines += [f"| `{cell(label)}` | " + " | ".join(row.get(e, "") for e in envs) + " |"
+              for label, row in outcomes.items()]  # fmt: skip
+    lines.append("| imported | " + " | ".join(imported.get(e, "?") for e in envs) + " |")
     return lines
 
 

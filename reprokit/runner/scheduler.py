@@ -31,6 +31,7 @@ import filelock
 
 from reprokit.comparison.verdict import verdict
 from reprokit.env import capture as capture_env
+from reprokit.envs import env_python
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Variant
 from reprokit.generate.render import render
@@ -144,6 +145,7 @@ class _State:
     running: set[str] = field(default_factory=set)
     start: float = 0.0
     reason: str | None = None  # when its stage list could not be had
+    python: str | None = None  # its environment's interpreter (--env); None: the run's
 
     @property
     def ended(self) -> bool:
@@ -181,14 +183,15 @@ class _State:
 
 def _prepare(index: int, variant: Variant, run_dir: Path, options: Options) -> _State:
     """Render the script into its folder, with the files the case brings beside it, clearing
-    what an earlier run left there."""
+    what an earlier run left there; its environment built, unless cached already."""
     script = render(variant, templates=options.templates)
+    python = str(env_python(variant.env)) if variant.env else None
     folder = run_dir / variant.label
     shutil.rmtree(folder / "stages", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "repro.py").write_text(script, encoding="utf-8")
     variant.copy_files(folder)
-    return _State(index, variant, folder)
+    return _State(index, variant, folder, python=python)
 
 
 class _Summary:
@@ -346,8 +349,10 @@ class _Scheduler:
         state.stages = with_devices(stages, state.variant.params, template)
         if any(stage.reference for stage in stages):
             _prewarm_compare()
+        chosen = selected(stages, self.options.stages)
         for stage in stages:
-            if why := backends.unavailable(stage.backend):
+            why = "not in --stages" if stage.name not in chosen else None
+            if why := why or backends.unavailable(stage.backend):
                 state.results[stage.name] = StageResult(
                     stage.name, stage.backend, Status.SKIPPED, reason=why
                 )
@@ -370,7 +375,7 @@ class _Scheduler:
             if self.reporter:
                 self.reporter.stage_finished(state.variant.label, result)
 
-        job = StageJob(state.folder, stage, state.variant.case.timeout)
+        job = StageJob(state.folder, stage, state.variant.case.timeout, state.python)
         return self._submit(lambda: self.executor.run_stage(job, self.stop), then)
 
     def _judged(self, state: _State, result: VariantResult) -> None:
@@ -378,6 +383,20 @@ class _Scheduler:
         self.summary.add(state.index, result)
         if self.reporter:
             self.reporter.variant_finished(result)
+
+
+def selected(stages: list[Stage], names: Iterable[str]) -> set[str]:
+    """The stages ``--stages NAME,...`` runs: those named and every stage they need, however
+    indirectly; all of them when none is named."""
+    by_name = {stage.name: stage for stage in stages}
+    wanted = [name for name in names if name in by_name] if names else list(by_name)
+    found: set[str] = set()
+    while wanted:
+        name = wanted.pop()
+        if name not in found:
+            found.add(name)
+            wanted.extend(by_name[name].needs)
+    return found
 
 
 @functools.cache

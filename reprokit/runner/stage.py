@@ -76,6 +76,8 @@ class LocalExecutor:
         args = ["--stage", stage.name, "--workdir", "stages"]
         args += ["--xla-device", self.options.xla_device]
         env = backends.stage_env(stage.backend, self.options.xla_device, devices=stage.devices)
+        if job.python:  # another environment's python: none of this one's packages
+            env.pop("PYTHONPATH", None)
         if self.options.dump_hlo and stage.backend.startswith("xla"):
             env |= {
                 "XLA_SAVE_TENSORS_FMT": "hlo",  # torch_xla writes every graph it syncs
@@ -203,7 +205,8 @@ def log_path(folder: Path, stage: str, stream: str = "stderr") -> Path:
 
 
 TAIL = 12  # lines of a failed stage's stderr kept in its record
-FIELDS = {"metrics": "metrics", "described": "tensors", "xla": "xla"}  # record: result.json
+# A record's field: its name in result.json.
+FIELDS = {"metrics": "metrics", "described": "tensors", "xla": "xla", "versions": "versions"}
 
 
 def last_words(result: StageResult, folder: Path) -> StageResult:

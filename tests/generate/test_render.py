@@ -55,12 +55,13 @@ def test_builtin_case_renders_standalone_and_ruff_clean(variant, tmp_path):
         assert set(stage["needs"]) <= set(names[:position])  # listed in DAG order
 
 
-def test_seed_script_is_at_most_250_lines():
+def test_seed_script_is_at_most_255_lines():
     """Short enough to read in an issue: 200 lines before the script's comparison learned the
     harness's semantics (NaN, dtype, names on one side) and its XLA stages recorded what
-    torch_xla saw (devices, compilations, transfers, CPU fallbacks), 250 since."""
+    torch_xla saw (devices, compilations, transfers, CPU fallbacks), 250 until each stage
+    recorded the torch and torch_xla it imported (--env), 255 since."""
     (seed,) = load_variants(["xser_to_spmd"])
-    assert render(seed).count("\n") <= 250
+    assert render(seed).count("\n") <= 255
 
 
 def test_seed_script_holds_only_what_the_case_uses():

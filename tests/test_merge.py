@@ -1,0 +1,100 @@
+"""`reprokit run --stages` and `reprokit merge`: the CPU side run in one folder, the XLA side in
+another (as on two machines), merged into the verdict of a single run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reprokit.records import Outcome, Status, read_summary
+
+SEED = "xser_to_spmd"
+
+
+@pytest.fixture(scope="module")
+def seed_runs(tmp_path_factory):
+    """The seed case whole, its CPU side (eval_cpu and what it needs) and its SPMD side."""
+    from typer.testing import CliRunner
+
+    from reprokit.cli import app
+
+    root = tmp_path_factory.mktemp("merge")
+    runner = CliRunner()
+    with pytest.MonkeyPatch.context() as patch:  # the three share a results cache: each stage
+        patch.setenv("REPROKIT_CACHE", str(root / "cache"))  # runs once, then is reused
+        for name, stages in (("whole", None), ("cpu", "eval_cpu"), ("xla", "eval_spmd")):
+            args = ["run", SEED, "-n", "2", "-o", str(root / name)]
+            result = runner.invoke(app, args + (["--stages", stages] if stages else []))
+            assert result.exit_code in (0, 1), result.output
+    return root
+
+
+def stages_of(run: Path) -> dict[str, Status]:
+    (variant,) = read_summary(run).variants
+    return {stage.name: stage.status for stage in variant.stages}
+
+
+def test_stages_runs_the_named_stages_and_what_they_need(seed_runs):
+    assert stages_of(seed_runs / "cpu") == {
+        "train_multicore": Status.OK,
+        "convert": Status.SKIPPED,
+        "eval_cpu": Status.OK,
+        "eval_spmd": Status.SKIPPED,
+    }
+    assert stages_of(seed_runs / "xla")["eval_cpu"] is Status.SKIPPED
+    assert stages_of(seed_runs / "xla")["eval_spmd"] is Status.OK
+    (partial,) = read_summary(seed_runs / "cpu").variants
+    assert partial.outcome is Outcome.SKIPPED
+    assert partial.reason == "convert was skipped (not in --stages)"
+
+
+def test_merging_the_two_sides_gives_the_single_runs_verdict(seed_runs, cli, tmp_path):
+    merged = tmp_path / "merged"
+    result = cli("merge", str(seed_runs / "cpu"), str(seed_runs / "xla"), "-o", str(merged))
+    assert result.exit_code == 0, result.output
+    (whole,) = read_summary(seed_runs / "whole").variants
+    summary = read_summary(merged)
+    (found,) = summary.variants
+    assert found.outcome is whole.outcome is Outcome.MATCH
+    assert [c.tensor for c in found.comparisons] == [c.tensor for c in whole.comparisons]
+    assert [c.max_abs for c in found.comparisons] == [c.max_abs for c in whole.comparisons]
+    given = {Path(m.run).name: set(m.stages) for m in summary.machines}
+    assert given == {"cpu": {"train_multicore", "eval_cpu"}, "xla": {"convert", "eval_spmd"}}
+    assert (merged / SEED / "stages" / "eval_spmd" / "tensors.pt").is_file()
+    report = cli("report", str(merged), "--format", "md")
+    assert report.exit_code == 0, report.output
+    text = (merged / "report.md").read_text()
+    machines = text.split("### Machines")[1]
+    assert "eval_cpu, train_multicore" in machines and "convert, eval_spmd" in machines
+
+
+def test_runs_of_different_scripts_are_refused(seed_runs, cli, tmp_path):
+    other = tmp_path / "other"
+    result = cli("run", SEED, "--set", "train_steps=2", "--stages", "eval_spmd", "-o", str(other))
+    assert result.exit_code in (0, 1), result.output
+    (variant,) = read_summary(other).variants  # another label: [train_steps=2]
+    copy = tmp_path / "renamed"
+    (copy / SEED).mkdir(parents=True)
+    (copy / SEED / "repro.py").write_text((other / variant.label / "repro.py").read_text())
+    data = json.loads((other / "summary.json").read_text())
+    data["variants"][0]["label"] = SEED
+    (copy / "summary.json").write_text(json.dumps(data))
+    result = cli("merge", str(seed_runs / "cpu"), str(copy), "-o", str(tmp_path / "m"))
+    assert result.exit_code == 2
+    assert f"variant {SEED}: its repro.py differs between" in result.stderr
+
+
+def test_runs_of_different_releases_are_refused(seed_runs, cli, tmp_path):
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / SEED).mkdir()
+    (older / SEED / "repro.py").write_bytes((seed_runs / "xla" / SEED / "repro.py").read_bytes())
+    data = json.loads((seed_runs / "xla" / "summary.json").read_text())
+    data["run"]["env"]["versions"]["torch_xla"] = "2.8.0"
+    (older / "summary.json").write_text(json.dumps(data))
+    result = cli("merge", str(seed_runs / "cpu"), str(older), "-o", str(tmp_path / "m"))
+    assert result.exit_code == 2
+    assert "the runs used different torch_xla releases" in result.stderr
+    assert "2.8.0" in result.stderr
