@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -21,6 +23,28 @@ def results_cache(tmp_path_factory, monkeypatch):
     folder = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("REPROKIT_CACHE", str(folder))
     return folder
+
+
+@pytest.fixture(scope="session")
+def shared_root(tmp_path_factory):
+    """One environments cache for the session: the torch environments (--env) are built once.
+
+    Under xdist each worker has a basetemp of its own inside the run's: the workers share the
+    run's, and its lock makes one of them build each environment while the others wait.
+    """
+    base = tmp_path_factory.getbasetemp()
+    xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    root = (base.parent if xdist else base) / "shared-envs"
+    yield root
+    if not xdist:  # under xdist another worker may still use it: pytest's retention removes it
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_cache(shared_root, monkeypatch):
+    """REPROKIT_CACHE for tests of environments: the session's (results and environments)."""
+    monkeypatch.setenv("REPROKIT_CACHE", str(shared_root))
+    return shared_root
 
 
 @pytest.fixture

@@ -34,27 +34,6 @@ needs_uv = pytest.mark.skipif(
 SIX = EnvSpec("six", ("six==1.17.0",))  # the smallest real build: a second or so
 
 
-@pytest.fixture(scope="session")
-def shared_root(tmp_path_factory):
-    """One environments cache for the session: the torch environments are built once.
-
-    Under xdist each worker has a basetemp of its own inside the run's: the workers share the
-    run's, and its lock makes one of them build each environment while the others wait.
-    """
-    base = tmp_path_factory.getbasetemp()
-    xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
-    root = (base.parent if xdist else base) / "shared-envs"
-    yield root
-    if not xdist:  # under xdist another worker may still use it: pytest's retention removes it
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-def shared_cache(shared_root, monkeypatch):
-    monkeypatch.setenv("REPROKIT_CACHE", str(shared_root))
-    return shared_root
-
-
 def leftovers(spec: EnvSpec) -> list[str]:
     """What env_dir() holds besides the spec's lock file."""
     found = os.listdir(env_dir()) if env_dir().exists() else []
