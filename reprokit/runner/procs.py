@@ -24,6 +24,7 @@ from typing import IO, Protocol
 
 from reprokit.pause import pause
 from reprokit.records import Status
+from reprokit.runner import signals
 from reprokit.runner.watchdog import WATCHDOG
 
 LOG_CAP = 512 * 1024  # bytes kept of each log: the first half and the last half
@@ -103,6 +104,7 @@ def run_process(
         env=env,
         cwd=cwd,
         start_new_session=True,  # its own process group: we can kill all it starts
+        preexec_fn=signals.heard_in_child(),
     )
     assert proc.stdout is not None and proc.stderr is not None
     child = _Popened(proc)

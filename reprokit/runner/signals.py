@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 STOPPING = tuple(
@@ -67,6 +67,22 @@ def ignored() -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+def heard_in_child() -> Callable[[], None] | None:
+    """For Popen's ``preexec_fn``: where this process ignores any of the three (after a signal,
+    or the CLI's last words, in a process that goes on: a test, a notebook), a child would
+    inherit SIG_IGN and be deaf to the SIGTERM of its timeout. None when none is ignored (then
+    Popen keeps its fast path: no code runs between fork and exec)."""
+    deaf = [s for s in STOPPING if signal.getsignal(s) is signal.SIG_IGN]
+    if not deaf:
+        return None
+
+    def hear() -> None:  # sigaction alone, between fork and exec: no lock is taken
+        for signum in deaf:
+            signal.signal(signum, signal.SIG_DFL)
+
+    return hear
 
 
 def _ignored() -> bool:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.records import Status
+from reprokit.runner import signals
 from reprokit.runner.dag import parse_python
 from reprokit.runner.options import Options
 from reprokit.runner.procs import Ended, supervise
@@ -247,6 +248,7 @@ class _Server:
                 cwd="/",  # no run folder: it would count as a process left in it
                 pass_fds=[theirs.fileno()],
                 start_new_session=True,  # a stage's group kill never reaches it
+                preexec_fn=signals.heard_in_child(),  # its forks, our stages, hear SIGTERM
             )
         WATCHDOG.watch(self.proc.pid)  # the harness dies: the server goes too
         self.send_lock = threading.Lock()

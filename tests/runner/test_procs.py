@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.records import Status
+from reprokit.runner import signals
 from reprokit.runner.procs import run_process
 
 GRANDCHILD = (
@@ -71,9 +72,8 @@ def spawn_grandchild(marker: Path) -> str:
 
 
 def test_an_ending_kills_the_group_with_a_grandchild_that_ignores_sigterm(tmp_path):
-    # A stop once the grandchild is up, and a long grace: under CI's load a child may not be
-    # scheduled to die of its SIGTERM within half a second. The grace costs nothing here: the
-    # group's SIGKILL follows as soon as the child itself has gone.
+    # A stop once the grandchild is up, and a long grace (it costs nothing: the group's SIGKILL
+    # follows as soon as the child itself has gone).
     marker = tmp_path / "grandchild.pid"
     stop = threading.Event()
     ready = threading.Thread(target=lambda: wait_for(marker) or stop.set())
@@ -84,6 +84,14 @@ def test_an_ending_kills_the_group_with_a_grandchild_that_ignores_sigterm(tmp_pa
     assert ended.status is Status.INTERRUPTED
     assert ended.signal == "SIGTERM"  # the child itself went at once; the grandchild needed KILL
     assert gone(int(marker.read_text()))
+
+
+def test_a_child_hears_sigterm_where_the_harness_ignores_it(tmp_path):
+    # As after an interrupt or the CLI's last words in a process that goes on (a test that
+    # ran the CLI in-process): a child must not inherit SIG_IGN and need SIGKILL.
+    with signals.ignored():
+        ended = python(tmp_path, "import time; time.sleep(60)", timeout=1, grace=30)
+    assert (ended.status, ended.signal) == (Status.TIMEOUT, "SIGTERM")
 
 
 def wait_for(marker: Path) -> None:
