@@ -1,0 +1,458 @@
+"""Stages as Ray tasks: ``reprokit run --executor ray`` spreads a run's stages over a cluster.
+
+Each stage is one Ray task that asks for what its backend holds: a CPU for every stage (its
+host process), ``{"TPU": chips}`` for an XLA stage on TPU, GPUs for an XLA stage on CUDA and
+for a ``cuda`` stage. Inside the task, on the worker node, the stage runs exactly as
+:class:`LocalExecutor` runs it here (cold: a fresh Python, no warm server), so every guarantee
+of the local executor holds there: its own process group, its timeout, logs capped and
+redacted *before* they leave the node, the ending classified; should the Ray worker die, the
+worker's watchdog kills the stage's group.
+
+What a stage reads: the variant folder (``repro.py``, the files beside it) and, under
+``stages/``, the folders of the stages it needs (however indirectly) and whatever is no
+stage's folder (``stages/dcp``, a checkpoint a stage wrote beside its own). What it made:
+its folder ``stages/<name>/`` and every other file it created or changed. They travel two ways:
+
+- through the object store (the default): the driver packs what the stage reads as a tar; the
+  task unpacks it into a temporary folder of its node, runs the stage, packs what it made; the
+  driver unpacks that into the run folder. Nothing to set up; the files are held in memory on
+  the way, so it suits outputs of megabytes, not of gigabytes.
+- through a shared folder (``Options.shared_dir``: a path every node mounts at the same
+  place, NFS or a bucket's FUSE mount): nothing big travels through objects. A run folder that
+  lies inside it is worked on in place; any other is mirrored into
+  ``shared_dir/.reprokit-ray-<id>/<variant>/`` (what a stage reads, when it starts) and what
+  each stage made copied back into the run folder when it ends.
+
+Where: the stage's record names the node it ran on in its ``host`` field (``HOST (Ray node
+NODEID)``, the id cut to 8 characters). Which Ray: ``Options.ray_address`` (else
+``$RAY_ADDRESS``); without one, a private local instance for this run, never a cluster that
+happens to run on this machine. Every node needs reprokit (and Ray) installed; a stage runs
+with the worker's own Python (``Options.python`` when it is not this one's), or with its
+variant's environment's interpreter, which must lie at the same path on every node.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import io
+import logging
+import os
+import re
+import shutil
+import socket
+import sys
+import tarfile
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from reprokit.errors import ReprokitError
+from reprokit.records import Stage, StageResult, Status
+from reprokit.redact import is_secret_name, secret_values
+from reprokit.runner.cache import STEERING
+from reprokit.runner.options import Options
+from reprokit.runner.stage import LocalExecutor, StageJob, last_words
+
+INSTALL = "pip install 'reprokit[ray]'"
+POLL = 0.1  # seconds between looks at a task and at the stop flag
+HANDBACK = 10.0  # seconds past the grace for a cancelled task to stop its stage and return
+PROBE = 5.0  # seconds to reach a cluster's address before ray.init (which would wait forever)
+# The driver's variables that steer a stage travel with it (the results cache keys on them),
+# except those naming a node's own devices: Ray sets CUDA_VISIBLE_DEVICES, TPU_VISIBLE_CHIPS.
+NODE_OWN = re.compile(r"VISIBLE|^TPU_")
+# What Ray sets in every task (OMP_NUM_THREADS=1 for a task of one CPU): a stage gets the
+# driver's value, or none, as it would here (torch's default threads, the results cache's key).
+RAY_SETS = ("OMP_NUM_THREADS",)
+# Ray errors that mean the worker (or its node) died under the stage: its group was killed.
+LOST = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "OutOfMemoryError")
+
+
+class RayExecutor:
+    """Runs each stage as a Ray task; lists stages here (that runs nothing for a template)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.ray = _import_ray()
+        self.connected = _connect(self.ray, options)  # False: the caller's connection, kept
+        self.task = self.ray.remote(max_retries=0)(_stage_task)  # a stage is never re-run
+        self.local = LocalExecutor(options)
+        self.secrets = secret_values()  # the driver's, redacted on the worker too
+        self.steering = _steering(os.environ)
+        # the run's interpreter is this machine's: a worker runs its own (same venv, same path)
+        self.python = None if options.python == sys.executable else options.python
+        # what the worker's LocalExecutor needs: a cold start there, nothing of Ray
+        self.sent = replace(
+            options, warm=False, executor="local", ray_address=None, shared_dir=None
+        )
+        self.shared = _Shared(options.shared_dir) if options.shared_dir else None
+        self.dags: dict[Path, list[Stage]] = {}  # each variant's stages, as listed
+        self.unpacking = threading.Lock()
+
+    def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
+        result, stages = self.local.list_stages(folder, stop)
+        self.dags[folder] = stages
+        return result, stages
+
+    def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
+        stage = job.stage
+        need, why = self._demand(stage)
+        if why is not None:
+            return StageResult(stage.name, stage.backend, Status.SKIPPED, reason=why)
+        dag = self.dags.get(job.folder, [])
+        reads = inputs(job, dag)
+        if self.shared:
+            there, packed = self.shared.send(job, reads), None
+        else:
+            there, packed = job, _pack(job.folder, reads, follow=True)
+        task = self.task.options(**_ray_options(need), name=f"{job.folder.name}:{stage.name}")
+        ref = task.remote(there, self.sent, packed, self.python, self.secrets, self.steering)
+        answer = self._await(ref, stop)
+        if self.shared:
+            self.shared.bring_back(job, there.folder, {s.name for s in dag})
+        if isinstance(answer, StageResult):  # the task did not answer: lost, or cancelled
+            answer = replace(answer, name=stage.name, backend=stage.backend)
+            return replace(last_words(answer, job.folder), error=answer.error)  # Ray's word
+        data, made, node = answer
+        if made is not None:
+            with self.unpacking:  # tarfile makes folders racily: two stages' stages/beside/
+                shutil.rmtree(job.folder / "stages" / stage.name, ignore_errors=True)
+                _unpack(made, job.folder)
+        return replace(StageResult.from_json(data), host=node)
+
+    def close(self) -> None:
+        """Remove the shared mirror; disconnect from Ray if this executor connected (a local
+        instance it started ends with it)."""
+        if self.shared:
+            self.shared.close()
+        if self.connected:
+            self.ray.shutdown()
+            self.connected = False
+
+    def _demand(self, stage: Stage) -> tuple[dict[str, float], str | None]:
+        """The resources the stage asks for, and why no node can give them (else None)."""
+        nodes = [n["Resources"] for n in self.ray.nodes() if n.get("Alive")]
+        need = demand(stage, self.options.xla_device, nodes)
+        if any(all(node.get(k, 0) >= v for k, v in need.items()) for node in nodes):
+            return need, None
+        asked = ", ".join(f"{k}: {v:g}" for k, v in need.items())
+        return need, f"no node of the Ray cluster has {{{asked}}}"
+
+    def _await(self, ref: Any, stop: threading.Event) -> tuple[Any, ...] | StageResult:
+        """The task's answer; on ``stop``, the task cancelled: the stage stopped as an
+        interrupt stops it here, and its worker killed if it does not return in time."""
+        ray = self.ray
+        while not ray.wait([ref], timeout=POLL)[0]:
+            if stop.is_set():
+                ray.cancel(ref)  # KeyboardInterrupt in the task: it stops the stage, TERM first
+                if not ray.wait([ref], timeout=self.options.grace + HANDBACK)[0]:
+                    ray.cancel(ref, force=True)  # kills the worker; its watchdog, the group
+                    return _interrupted("its Ray task did not stop in time: worker killed")
+                break
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            return _failed(exc, stop)
+
+
+def demand(stage: Stage, xla_device: str, nodes: Iterable[dict[str, float]]) -> dict[str, float]:
+    """The Ray resources of one stage: a CPU for its process, and the accelerator it holds.
+
+    XLA on TPU asks for chips: the stage's ``devices`` when it names them (one device per chip
+    since TPU v4; v2/v3 have two, so asking for ``devices`` chips errs on the safe side); else
+    one chip for ``xla``, and for ``xla_spmd``/``xla_multicore`` every chip of the largest
+    host, since torch_xla takes every chip it sees. XLA on CUDA asks for GPUs the same way.
+    On CPU every XLA backend is one CPU, as a local run gives it one slot.
+    """
+    need = {"CPU": 1.0}
+    if stage.backend == "cuda":
+        return need | {"GPU": 1.0}
+    if not stage.backend.startswith("xla") or xla_device == "CPU":
+        return need
+    kind = "TPU" if xla_device == "TPU" else "GPU"
+    largest = max((node.get(kind, 0) for node in nodes), default=0)
+    whole = 1 if stage.backend == "xla" else largest or 1
+    return need | {kind: float(stage.devices or whole)}
+
+
+def _ray_options(need: dict[str, float]) -> dict[str, Any]:
+    others = {k: v for k, v in need.items() if k not in ("CPU", "GPU")}
+    return {"num_cpus": need.get("CPU", 0), "num_gpus": need.get("GPU", 0), "resources": others}
+
+
+def _interrupted(why: str) -> StageResult:
+    return StageResult("", "", Status.INTERRUPTED, reason=why)
+
+
+def _failed(exc: Exception, stop: threading.Event) -> StageResult:
+    """A task that raised: cancelled (or failing during the interrupt) is an interrupt; a
+    worker or node lost under the stage is a crash by SIGKILL (the watchdog's, or the node's
+    end: never kept by the results cache); anything else an error of the harness."""
+    kind = type(exc).__name__
+    text = f"{kind}: {_first_line(exc)}"
+    if stop.is_set() or kind == "TaskCancelledError":
+        return _interrupted(f"its Ray task was cancelled ({text})")
+    if kind in LOST:
+        what = "the Ray worker running the stage was lost"
+        return StageResult("", "", Status.CRASH, signal="SIGKILL", reason=what, error=text)
+    return StageResult("", "", Status.ERROR, reason="the Ray task failed", error=text)
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:300] if lines else "no message"
+
+
+def _import_ray() -> Any:
+    """Ray, imported only when a run asks for it: it is an optional extra."""
+    try:
+        import ray
+    except ImportError:
+        raise ReprokitError(
+            "--executor ray needs Ray, which is not installed here", hint=INSTALL
+        ) from None
+    return ray
+
+
+def _connect(ray: Any, options: Options) -> bool:
+    """Connect (quietly) unless connected already; True when this call connected."""
+    if ray.is_initialized():
+        return False
+    address = options.ray_address or os.environ.get("RAY_ADDRESS") or None
+    quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
+    if address is None:  # "local": a private instance, not one found running on this machine
+        cpus = max(options.jobs, os.cpu_count() or 1)  # the scheduler's slots bound the tasks
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
+        return True
+    _reachable(address)
+    try:
+        ray.init(address=address, **quiet)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise ReprokitError(f"could not join the Ray cluster at {address}: {exc}") from None
+    return True
+
+
+def _reachable(address: str) -> None:
+    """Refuse a ``host:port`` nobody listens on: ray.init would retry it forever."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return  # ray://, auto: ray.init knows them
+    try:
+        socket.create_connection((host, int(port)), timeout=PROBE).close()
+    except OSError as exc:
+        raise ReprokitError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc})",
+            hint="Start one with `ray start --head`, or leave --ray-address out for a local one.",
+        ) from None
+
+
+def _steering(environ: Mapping[str, str]) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in environ.items()
+        if STEERING.match(k) and not NODE_OWN.search(k) and not is_secret_name(k)
+    }
+
+
+# --- on the worker node -------------------------------------------------------------------
+
+
+def _stage_task(
+    job: StageJob,
+    options: Options,
+    packed: bytes | None,
+    python: str | None,
+    secrets: list[str],
+    steering: dict[str, str],
+) -> tuple[dict[str, Any], bytes | None, str]:
+    """The Ray task: the stage run here as a local run runs it; its record (JSON), what it
+    made, packed (None when it lies in the shared folder), and where it ran."""
+    node = f"{socket.gethostname()} (Ray node {_node_id()[:8]})"
+    options = replace(options, python=python or sys.executable)
+    with _environ(steering):
+        if packed is None:  # the job's folder is in the shared folder, seen from every node
+            return _run_here(job, options, secrets).to_json(), None, node
+        with tempfile.TemporaryDirectory(prefix="reprokit-ray-") as temp:
+            folder = Path(temp) / job.folder.name
+            _unpack(packed, folder)
+            before = _files(folder)
+            result = _run_here(replace(job, folder=folder), options, secrets)
+            made = _made(folder, before, job.stage.name)
+            return result.to_json(), _pack(folder, [folder / m for m in made]), node
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def _run_here(job: StageJob, options: Options, secrets: list[str]) -> StageResult:
+    """The stage through :class:`LocalExecutor`, in a thread: ray.cancel raises
+    KeyboardInterrupt in this one, which then stops the stage the way an interrupt does."""
+    local = LocalExecutor(options)
+    local.secrets = sorted(set(local.secrets) | set(secrets), key=len, reverse=True)
+    stop = threading.Event()
+    with cf.ThreadPoolExecutor(1, thread_name_prefix="reprokit-stage") as pool:
+        future = pool.submit(local.run_stage, job, stop)
+        try:
+            while not future.done():
+                cf.wait([future], timeout=POLL)
+        except KeyboardInterrupt:
+            stop.set()
+        return future.result()
+
+
+@contextlib.contextmanager
+def _environ(changes: dict[str, str]) -> Iterator[None]:
+    """The driver's steering variables over the node's, and none of Ray's own, for this task
+    only (a Ray worker runs one task at a time, and is reused for the next)."""
+    unset = [k for k in RAY_SETS if k not in changes]
+    before = {k: os.environ.get(k) for k in [*changes, *unset]}
+    os.environ.update(changes)
+    for key in unset:
+        os.environ.pop(key, None)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+# --- files ----------------------------------------------------------------------------
+
+
+def inputs(job: StageJob, dag: list[Stage]) -> list[Path]:
+    """What a stage may read of its variant folder (see the module's docstring). Without the
+    variant's stages (``dag`` empty), every stage folder but its own."""
+    folder, stages = job.folder, job.folder / "stages"
+    named = {s.name for s in dag} | {job.stage.name}
+    wanted = upstream(job.stage, dag)
+    found = [path for path in sorted(folder.iterdir()) if path.name != "stages"]
+    for path in sorted(stages.iterdir()) if stages.is_dir() else ():
+        if path.name in wanted or path.name not in named:
+            found.append(path)
+    return found
+
+
+def upstream(stage: Stage, dag: list[Stage]) -> set[str]:
+    """The stages ``stage`` needs, and those they need, and so on."""
+    needs = {s.name: s.needs for s in dag}
+    found: set[str] = set()
+    todo = list(stage.needs)
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo.extend(needs.get(name, ()))
+    return found
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` (relative path): its size and modification time."""
+    found = {}
+    for top, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(top, name)
+            with contextlib.suppress(OSError):  # gone meanwhile
+                stat = os.lstat(path)
+                found[os.path.relpath(path, root)] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def _made(
+    root: Path, before: dict[str, tuple[int, int]], name: str, others: Iterable[str] = ()
+) -> list[str]:
+    """What a stage made under ``root``: its folder, and every other file new or changed
+    since ``before``, but in the folders of the ``others`` (stages running beside it)."""
+    own = os.path.join("stages", name)
+    made = [own] if (root / own).exists() else []
+    skip = tuple(os.path.join("stages", n) + os.sep for n in (name, *others))
+    changed = (p for p, sig in _files(root).items() if before.get(p) != sig)
+    return made + sorted(p for p in changed if not p.startswith(skip))
+
+
+def _pack(root: Path, paths: Iterable[Path], follow: bool = False) -> bytes:
+    """``paths`` (folders with their contents) as an uncompressed tar: tensors do not shrink."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", dereference=follow) as tar:
+        for path in paths:
+            if path.exists() or path.is_symlink():
+                tar.add(path, arcname=str(path.relative_to(root)))
+    return buffer.getvalue()
+
+
+def _unpack(data: bytes, into: Path) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(into, filter=_inside)
+
+
+def _inside(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, but a member it refuses (a link out of the folder) is left
+    out rather than the whole stage lost."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
+
+
+class _Shared:
+    """The shared folder: where a run folder outside it is mirrored, variant by variant."""
+
+    def __init__(self, shared_dir: Path) -> None:
+        self.root = Path(shared_dir).resolve()
+        self.mirror = self.root / f".reprokit-ray-{uuid.uuid4().hex[:12]}"
+        self.lock = threading.Lock()
+        self.gates: dict[Path, threading.Lock] = {}  # one per variant folder
+        self.before: dict[tuple[Path, str], dict[str, tuple[int, int]]] = {}  # the mirror's
+
+    def send(self, job: StageJob, reads: list[Path]) -> StageJob:
+        """The job as the worker sees it: its folder in the shared folder, holding what the
+        stage reads (copied unless there already: a mirror lives as long as the run)."""
+        if job.folder.resolve().is_relative_to(self.root):
+            return job  # in place: nothing to copy
+        there = self.mirror / job.folder.name
+        with self._gate(job.folder):
+            for path in reads:
+                target = there / path.relative_to(job.folder)
+                if not target.exists():
+                    _copy(path, target, links=False)
+            shutil.rmtree(there / "stages" / job.stage.name, ignore_errors=True)
+            self.before[there, job.stage.name] = _files(there)
+        return replace(job, folder=there)
+
+    def bring_back(self, job: StageJob, there: Path, stages: set[str]) -> None:
+        """What the stage made in the mirror into the run folder; not what other stages of
+        the variant made there meanwhile (each brings back its own)."""
+        if there == job.folder:
+            return
+        with self._gate(job.folder):  # no send copies into the mirror meanwhile
+            before = self.before.pop((there, job.stage.name))
+            shutil.rmtree(job.folder / "stages" / job.stage.name, ignore_errors=True)
+            for made in _made(there, before, job.stage.name, stages - {job.stage.name}):
+                _copy(there / made, job.folder / made, links=True)
+
+    def _gate(self, folder: Path) -> threading.Lock:
+        with self.lock:
+            return self.gates.setdefault(folder, threading.Lock())
+
+    def close(self) -> None:
+        shutil.rmtree(self.mirror, ignore_errors=True)
+
+
+def _copy(source: Path, target: Path, links: bool) -> None:
+    """A file or a folder; symlinks kept as links (``links``: a stage's own), else followed."""
+    if source.is_dir() and not (links and source.is_symlink()):
+        shutil.copytree(source, target, symlinks=links, dirs_exist_ok=True)
+    elif source.exists() or source.is_symlink():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        shutil.copy2(source, target, follow_symlinks=not links)
