@@ -1,6 +1,6 @@
 """A bisection over torch_xla releases, measured beside running every release.
 
-    .venv/bin/python bench/bisect.py [--case xm_save_vs_xser] [--releases 2.5..2.9] [-n 2]
+    .venv/bin/python bench/bisect_releases.py [--case xm_save_vs_xser] [--releases 2.5..2.9] [-n 2]
 
 Into one fresh results cache and environment cache (REPROKIT_CACHE in a temporary folder;
 uv's own cache is left as it is, so environments are built from wheels already downloaded

@@ -50,6 +50,17 @@ def test_stages_runs_the_named_stages_and_what_they_need(seed_runs):
     assert partial.reason == "convert was skipped (not in --stages)"
 
 
+def test_stages_that_name_none_of_a_variants_stages_say_which_it_has(cli, tmp_path):
+    result = cli("run", SEED, "--stages", "eval_gpu", "-o", tmp_path / "run")
+    assert result.exit_code == 0, result.output  # skipped: neither passed nor failed
+    (variant,) = read_summary(tmp_path / "run").variants
+    assert variant.outcome is Outcome.SKIPPED
+    assert variant.reason == (
+        "train_multicore was skipped (--stages names none of its stages (train_multicore, "
+        "convert, eval_cpu, eval_spmd))"
+    )
+
+
 def test_merging_the_two_sides_gives_the_single_runs_verdict(seed_runs, cli, tmp_path):
     merged = tmp_path / "merged"
     result = cli("merge", str(seed_runs / "cpu"), str(seed_runs / "xla"), "-o", str(merged))

@@ -350,8 +350,11 @@ class _Scheduler:
         if any(stage.reference for stage in stages):
             _prewarm_compare()
         chosen = selected(stages, self.options.stages)
+        unasked = "not in --stages"
+        if not chosen:  # a typo, or a case without those stages: say which it has
+            unasked = f"--stages names none of its stages ({', '.join(s.name for s in stages)})"
         for stage in stages:
-            why = "not in --stages" if stage.name not in chosen else None
+            why = unasked if stage.name not in chosen else None
             if why := why or backends.unavailable(stage.backend):
                 state.results[stage.name] = StageResult(
                     stage.name, stage.backend, Status.SKIPPED, reason=why
