@@ -3,16 +3,20 @@
     .venv/bin/python bench/ray_executor.py [--quick] [-n 2] [-k EXPR] [-o DIR]
 
 The built-in library (``--quick``: the seed case, xser_to_spmd) through the normal run path
-(``reprokit.runner.scheduler.run``), results cache off, ``-n 2``:
+(``reprokit.runner.scheduler.run``), results cache off, ``-n 2``, three ways:
 
 1. here, warm (the default: stages forked from a server that imported torch),
 2. here, cold (a fresh Python per stage: what a Ray worker runs),
 3. through Ray, on a private local Ray instance the executor starts (its start timed apart).
 
-Printed: each run's wall seconds, Ray's against each local one (the overhead ratio), the
-median per-stage overhead (the stage's wall time as the scheduler saw it, minus the seconds
-its process ran: for Ray, the task's scheduling, the files packed and unpacked, the result
-carried back), and whether the three runs gave the same outcomes.
+Variant by variant, the three ways in turn (the order rotating), each way with one executor
+for the whole bench: a machine that gets busier or quieter meanwhile weighs on all three alike.
+
+Printed, per way: the wall seconds summed over the variants; the seconds the stages' processes
+ran, summed (where Ray slows the stages themselves down, it shows here); the median per-stage
+overhead (the stage's wall time as the scheduler saw it, minus the seconds its process ran:
+for Ray, the task's scheduling, the files packed and unpacked, the result carried back); then
+Ray's ratios against the two local ways, and whether all three gave the same outcomes.
 """
 
 from __future__ import annotations
@@ -23,11 +27,11 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprokit.generate.cases import load_variants
-from reprokit.records import RunSummary, Stage, StageResult
+from reprokit.generate.cases import Variant, load_variants
+from reprokit.records import Stage, StageResult
 from reprokit.runner.keywords import select
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
@@ -61,27 +65,35 @@ class Timed:
 
 
 @dataclass
-class Measured:
-    summary: RunSummary
-    timed: Timed
-    start: float  # seconds the executor took to start (Ray's local instance)
-    seconds: float  # the run's wall seconds, once the executor was there
+class Way:
+    """One way to run, its executor, and what it measured so far."""
+
+    name: str
+    options: Options
+    executor: Timed | None = None
+    start: float = 0.0  # seconds the executor took to start (Ray's local instance)
+    seconds: float = 0.0  # wall seconds of its runs
+    ran: float = 0.0  # seconds its stages' processes ran
+    outcomes: dict[str, str] = field(default_factory=dict)
+
+    def open(self) -> None:
+        began = time.perf_counter()
+        self.executor = Timed(make_executor(self.options))
+        self.start = time.perf_counter() - began
+
+    def run(self, variant: Variant, out: Path) -> None:
+        assert self.executor is not None
+        folder = out / self.name.replace(", ", "-") / variant.label
+        began = time.perf_counter()
+        summary = run([variant], run_dir=folder, options=self.options, executor=self.executor)
+        self.seconds += time.perf_counter() - began
+        for result in summary.variants:
+            self.outcomes[result.label] = result.outcome
+            self.ran += sum(stage.seconds for stage in result.stages)
 
     @property
     def overhead(self) -> float:
-        return statistics.median(self.timed.overheads or [0.0])
-
-
-def one_run(variants: list, run_dir: Path, options: Options) -> Measured:
-    """The run with the executor ``options`` names."""
-    start = time.perf_counter()
-    executor = Timed(make_executor(options))
-    began = time.perf_counter()
-    try:
-        summary = run(variants, run_dir=run_dir, options=options, executor=executor)
-        return Measured(summary, executor, began - start, time.perf_counter() - began)
-    finally:
-        executor.close()
+        return statistics.median(self.executor.overheads if self.executor else [0.0])
 
 
 def main() -> int:
@@ -94,27 +106,41 @@ def main() -> int:
     variants = select(load_variants([SEED] if args.quick else []), args.k, lambda v: v.label)
     out = args.o or Path(tempfile.mkdtemp(prefix="reprokit-ray-"))
     import_module("reprokit.comparison.tensors")  # torch for the verdicts: in no run's time
-    ways = {
-        "here, warm": Options(jobs=args.n, cache=False),
-        "here, cold": Options(jobs=args.n, cache=False, warm=False),
-        "Ray": Options(jobs=args.n, cache=False, executor="ray"),
-    }
-    runs = {name: one_run(variants, out / name.replace(", ", "-"), o) for name, o in ways.items()}
-    stages = sum(len(v.stages) for v in runs["Ray"].summary.variants)
-    print(f"{len(variants)} variants, {stages} stages, -n {args.n}, results cache off")
-    print(f"{'':<12}{'start (s)':>10}{'run (s)':>10}{'median stage overhead (s)':>28}")
-    for name, m in runs.items():
-        print(f"{name:<12}{m.start:>10.1f}{m.seconds:>10.1f}{m.overhead:>28.2f}")
-    ray = runs["Ray"]
-    for name in ("here, cold", "here, warm"):
-        here = runs[name]
-        with_start = (ray.start + ray.seconds) / (here.start + here.seconds)
-        print(f"Ray / {name}: {ray.seconds / here.seconds:.2f}, {with_start:.2f} with its start")
-    outcomes = [{v.label: v.outcome for v in m.summary.variants} for m in runs.values()]
-    same = all(found == outcomes[0] for found in outcomes)
-    print("same outcomes: " + ("yes" if same else f"NO: {outcomes}"))
+    ways = [
+        Way("here, warm", Options(jobs=args.n, cache=False)),
+        Way("here, cold", Options(jobs=args.n, cache=False, warm=False)),
+        Way("Ray", Options(jobs=args.n, cache=False, executor="ray")),
+    ]
+    try:
+        for way in ways:
+            way.open()
+        for index, variant in enumerate(variants):
+            for way in ways[index % 3 :] + ways[: index % 3]:
+                way.run(variant, out)
+    finally:
+        for way in ways:
+            if way.executor is not None:
+                way.executor.close()
+    same = report(ways, len(variants), args.n)
     print(f"run folders: {out}")
     return 0 if same else 1
+
+
+def report(ways: list[Way], variants: int, jobs: int) -> bool:
+    """The table; whether the three ways gave the same outcomes."""
+    print(f"{variants} variants, -n {jobs}, results cache off, the three ways in turn")
+    print(f"{'':<12}{'start (s)':>10}{'wall (s)':>10}{'stages ran (s)':>16}{'overhead (s)':>14}")
+    for w in ways:
+        print(f"{w.name:<12}{w.start:>10.1f}{w.seconds:>10.1f}{w.ran:>16.1f}{w.overhead:>14.2f}")
+    ray = ways[2]
+    for here in (ways[1], ways[0]):
+        with_start = (ray.start + ray.seconds) / (here.start + here.seconds)
+        print(
+            f"Ray / {here.name}: {ray.seconds / here.seconds:.2f}, {with_start:.2f} with its start"
+        )
+    same = all(way.outcomes == ways[0].outcomes for way in ways)
+    print("same outcomes: " + ("yes" if same else f"NO: {[w.outcomes for w in ways]}"))
+    return same
 
 
 if __name__ == "__main__":

@@ -39,10 +39,12 @@ def test_a_case_runs_in_each_environment_with_the_versions_it_imported(shared_ca
         imported = {s.versions["torch_xla"] for s in variant.stages if s.versions["torch_xla"]}
         assert imported == {f"{release}.0"}
         assert all(s.versions["torch"].startswith(f"{release}.0") for s in variant.stages)
-    assert cli("report", run, "--format", "md").exit_code == 0
+    assert cli("report", run).exit_code == 0
     table = (run / "report.md").read_text().split("### Environments")[1]
-    assert f"| `{CASE}` | match | match |" in table
+    assert f"| {CASE} | match | match |" in table
     assert "torch_xla 2.8.0" in table and "torch_xla 2.9.0" in table
+    page = (run / "report.html").read_text()
+    assert "<h2>Environments</h2>" in page and f"<th>{CASE}</th><td>match</td>" in page
 
 
 def test_a_case_file_names_its_environments(shared_cache, cli, write_case, tmp_path):

@@ -74,11 +74,12 @@ def test_merging_the_two_sides_gives_the_single_runs_verdict(seed_runs, cli, tmp
     given = {Path(m.run).name: set(m.stages) for m in summary.machines}
     assert given == {"cpu": {"train_multicore", "eval_cpu"}, "xla": {"convert", "eval_spmd"}}
     assert (merged / SEED / "stages" / "eval_spmd" / "tensors.pt").is_file()
-    report = cli("report", str(merged), "--format", "md")
+    report = cli("report", str(merged))
     assert report.exit_code == 0, report.output
     text = (merged / "report.md").read_text()
     machines = text.split("### Machines")[1]
     assert "eval_cpu, train_multicore" in machines and "convert, eval_spmd" in machines
+    assert "<td>convert, eval_spmd</td>" in (merged / "report.html").read_text()
 
 
 def test_runs_of_different_scripts_are_refused(seed_runs, cli, tmp_path):

@@ -22,7 +22,7 @@ from matplotlib.ticker import MaxNLocator
 from reprokit.records import RunSummary, VariantResult
 from reprokit.redact import redact_text
 from reprokit.reports.details import divergence_lines
-from reprokit.reports.markdown import problems, verdict
+from reprokit.reports.markdown import Table, envs_table, machines_table, problems, verdict
 
 MAX_FIGURES = 12  # per kind: a page of 500 variants must still open quickly
 _STYLE = """
@@ -45,16 +45,27 @@ def html(summary: RunSummary, run_dir: Path) -> str:
     body += _figures("Error against float64, operation by operation", errors)
     body += _figures("Size of each tensor's difference", _diff_figures(summary.variants))
     body += _figures("Stage timings", [_timing_figure(summary.variants)])
-    rows = "".join(
-        f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary.env.rows()
-    )
-    body.append(f"<h2>Environment</h2><table>{rows}</table>")
+    if summary.machines:  # a merged run: each machine's
+        body += _table("Machines", machines_table(summary))
+    else:
+        body += _table("Environment", (["", ""], [list(row) for row in summary.env.rows()]))
+    if envs := envs_table(summary.variants):
+        body += _table("Environments", envs)
     page = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         "<title>reprokit report</title>"
         f"<style>{_STYLE}</style></head><body>{''.join(body)}</body></html>\n"
     )
     return redact_text(page)
+
+
+def _table(title: str, table: Table) -> list[str]:
+    header, rows = table
+    cells = ["".join(f"<th>{escape(h)}</th>" for h in header)] if any(header) else []
+    for key, *values in rows:
+        cells.append(f"<th>{escape(key)}</th>" + "".join(f"<td>{escape(v)}</td>" for v in values))
+    body = "".join(f"<tr>{row}</tr>" for row in cells)
+    return [f"<h2>{title}</h2><table>{body}</table>"]
 
 
 def _results(variants) -> list[str]:

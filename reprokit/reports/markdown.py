@@ -199,13 +199,18 @@ def _environment(summary: RunSummary) -> list[str]:
         counts = ", ".join(f"{n} x {kind}" for kind, n in sorted(seen))
         lines.append(f"- XLA devices the stages saw: {counts}")
     if summary.machines:
-        return [*lines, "", *_machines(summary)]
+        return [*lines, "", *_markdown_table("Machines", machines_table(summary))]
     lines += ["", "| | |", "| --- | --- |"]
     lines += [f"| {cell(k)} | {cell(v)} |" for k, v in summary.env.rows()]
-    return [*lines, *_envs_table(summary.variants)]
+    if envs := envs_table(summary.variants):
+        lines += ["", *_markdown_table("Environments", envs)]
+    return lines
 
 
-def _machines(summary: RunSummary) -> list[str]:
+Table = tuple[list[str], list[list[str]]]  # a header, and rows: Markdown's and HTML's
+
+
+def machines_table(summary: RunSummary) -> Table:
     """A merged run: each machine's environment side by side, and the stages it ran."""
     machines = summary.machines
     rows: dict[str, list[str]] = {"run folder": [m.run for m in machines]}
@@ -214,19 +219,16 @@ def _machines(summary: RunSummary) -> list[str]:
     for index, machine in enumerate(machines):
         for key, value in machine.env.rows():
             rows.setdefault(key, [""] * len(machines))[index] = value
-    lines = ["### Machines", "", "| | " + " | ".join(f"machine {i + 1}" for i in
-                                                     range(len(machines))) + " |"]  # fmt: skip
-    lines.append("| --- |" + " --- |" * len(machines))
-    lines += [f"| {cell(k)} | " + " | ".join(cell(v) for v in vs) + " |" for k, vs in rows.items()]
-    return lines
+    header = ["", *(f"machine {i + 1}" for i in range(len(machines)))]
+    return header, [[key, *values] for key, values in rows.items()]
 
 
-def _envs_table(variants: tuple[VariantResult, ...]) -> list[str]:
-    """Variants run in several environments (--env): the outcome of each in each, and what
-    its stages really imported."""
+def envs_table(variants: tuple[VariantResult, ...]) -> Table | None:
+    """Variants run in environments (--env): the outcome of each in each, and what its stages
+    really imported; None when none ran in one."""
     envs = list(dict.fromkeys(v.env["name"] for v in variants if v.env))
     if not envs:
-        return []
+        return None
     outcomes: dict[str, dict[str, str]] = {}
     imported: dict[str, str] = {}
     for v in (v for v in variants if v.env):
@@ -235,12 +237,15 @@ def _envs_table(variants: tuple[VariantResult, ...]) -> list[str]:
                      None)  # fmt: skip
         if found:
             imported[v.env["name"]] = f"torch {found['torch']}, torch_xla {found['torch_xla']}"
-    lines = ["", "### Environments", "", "| variant | " + " | ".join(map(cell, envs)) + " |"]
-    lines.append("| --- |" + " --- |" * len(envs))
-    lines += [f"| `{cell(label)}` | " + " | ".join(row.get(e, "") for e in envs) + " |"
-              for label, row in outcomes.items()]  # fmt: skip
-    lines.append("| imported | " + " | ".join(imported.get(e, "?") for e in envs) + " |")
-    return lines
+    rows = [[label, *(row.get(e, "") for e in envs)] for label, row in outcomes.items()]
+    return ["variant", *envs], [*rows, ["imported", *(imported.get(e, "?") for e in envs)]]
+
+
+def _markdown_table(title: str, table: Table) -> list[str]:
+    header, rows = table
+    lines = [f"### {title}", "", "| " + " | ".join(map(cell, header)) + " |"]
+    lines.append("|" + " --- |" * len(header))
+    return lines + ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
 
 
 def _too_large(run_dir: Path, shown: list[VariantResult]) -> list[str]:
