@@ -65,6 +65,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): run in one pytest-xdist worker")
+    if config.getoption("reprokit_executor", "local") == "ray":
+        # One connection for the session: each item's executor finds Ray initialized and
+        # uses it, rather than starting (seconds) and stopping a Ray of its own.
+        from reprokit.runner.ray_executor import RayExecutor
+
+        address = config.getoption("reprokit_ray_address")
+        try:
+            session_ray = RayExecutor(Options(executor="ray", ray_address=address))
+        except ReprokitError as exc:  # no Ray installed, no cluster there: one line, exit 4
+            raise pytest.UsageError(str(exc)) from None
+        config.add_cleanup(session_ray.close)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

@@ -8,6 +8,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from reprokit.generate.cases import load_variants
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
@@ -65,6 +67,21 @@ def test_xdist_workers_agree_with_reprokit_run(tmp_path):
     options = Options(jobs=2, timeout=10, templates=(TEMPLATES,))
     summary = run(variants, run_dir=tmp_path / "run", options=options)
     assert by_item == {v.label: v.outcome.value for v in summary.variants}
+
+
+def test_items_run_through_ray_end_as_they_end_here(tmp_path):
+    pytest.importorskip("ray")
+    names = ["ok", "mismatch", "raise", "abort"]
+    copy_cases(tmp_path, *names)
+    done = pytest_in(tmp_path, "-q", "--junitxml=junit.xml", "--reprokit-executor=ray")
+    assert done.returncode == 0, done.stdout + done.stderr
+    by_item = {
+        case.get("name"): prop.get("value")
+        for case in ET.parse(tmp_path / "junit.xml").iter("testcase")
+        for prop in case.iter("property")
+        if prop.get("name") == "outcome"
+    }
+    assert by_item == {"ok": "match", "mismatch": "mismatch", "raise": "error", "abort": "crash"}
 
 
 def test_only_case_files_are_collected(tmp_path):
