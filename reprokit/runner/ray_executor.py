@@ -6,7 +6,9 @@ for a ``cuda`` stage. Inside the task, on the worker node, the stage runs exactl
 :class:`LocalExecutor` runs it here (cold: a fresh Python, no warm server), so every guarantee
 of the local executor holds there: its own process group, its timeout, logs capped and
 redacted *before* they leave the node, the ending classified; should the Ray worker die, the
-worker's watchdog kills the stage's group.
+worker's watchdog kills the stage's group. The stage's process also starts as it would here:
+the driver's variables that steer torch and XLA, the driver's niceness and thread count rather
+than Ray's (a worker's nice 15, ``OMP_NUM_THREADS=1``).
 
 What a stage reads: the variant folder (``repro.py``, the files beside it) and, under
 ``stages/``, the folders of the stages it needs (however indirectly) and whatever is no
@@ -47,7 +49,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +83,7 @@ class RayExecutor:
         self.connected = _connect(self.ray, options)  # False: the caller's connection, kept
         self.task = self.ray.remote(max_retries=0)(_stage_task)  # a stage is never re-run
         self.local = LocalExecutor(options)
-        self.secrets = secret_values()  # the driver's, redacted on the worker too
-        self.steering = _steering(os.environ)
-        # the run's interpreter is this machine's: a worker runs its own (same venv, same path)
-        self.python = None if options.python == sys.executable else options.python
+        self.here = _AsHere.driver(options)
         # what the worker's LocalExecutor needs: a cold start there, nothing of Ray
         self.sent = replace(
             options, warm=False, executor="local", ray_address=None, shared_dir=None
@@ -110,7 +109,7 @@ class RayExecutor:
         else:
             there, packed = job, _pack(job.folder, reads, follow=True)
         task = self.task.options(**_ray_options(need), name=f"{job.folder.name}:{stage.name}")
-        ref = task.remote(there, self.sent, packed, self.python, self.secrets, self.steering)
+        ref = task.remote(there, self.sent, packed, self.here)
         answer = self._await(ref, stop)
         if self.shared:
             self.shared.bring_back(job, there.folder, {s.name for s in dag})
@@ -226,7 +225,9 @@ def _connect(ray: Any, options: Options) -> bool:
     quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
     if address is None:  # "local": a private instance, not one found running on this machine
         cpus = max(options.jobs, os.cpu_count() or 1)  # the scheduler's slots bound the tasks
-        ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
+        # Ray starts its workers at nice 15 (its daemons first): a stage would inherit it
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False,
+                 _system_config={"worker_niceness": 0}, **quiet)  # fmt: skip
         return True
     _reachable(address)
     try:
@@ -258,29 +259,40 @@ def _steering(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class _AsHere:
+    """What the driver hands a task so that its stage starts as it would here."""
+
+    python: str | None  # the run's interpreter, if not the driver's own (then: the worker's)
+    secrets: list[str]  # the driver's, redacted on the worker too
+    steering: dict[str, str]  # the driver's variables that steer torch and XLA
+    nice: int  # the driver's niceness; a Ray worker's is 15
+
+    @classmethod
+    def driver(cls, options: Options) -> _AsHere:
+        python = None if options.python == sys.executable else options.python
+        nice = os.getpriority(os.PRIO_PROCESS, 0)
+        return cls(python, secret_values(), _steering(os.environ), nice)
+
+
 # --- on the worker node -------------------------------------------------------------------
 
 
 def _stage_task(
-    job: StageJob,
-    options: Options,
-    packed: bytes | None,
-    python: str | None,
-    secrets: list[str],
-    steering: dict[str, str],
+    job: StageJob, options: Options, packed: bytes | None, here: _AsHere
 ) -> tuple[dict[str, Any], bytes | None, str]:
     """The Ray task: the stage run here as a local run runs it; its record (JSON), what it
     made, packed (None when it lies in the shared folder), and where it ran."""
     node = f"{socket.gethostname()} (Ray node {_node_id()[:8]})"
-    options = replace(options, python=python or sys.executable)
-    with _environ(steering):
+    options = replace(options, python=here.python or sys.executable)
+    with _environ(here.steering):
         if packed is None:  # the job's folder is in the shared folder, seen from every node
-            return _run_here(job, options, secrets).to_json(), None, node
+            return _run_here(job, options, here).to_json(), None, node
         with tempfile.TemporaryDirectory(prefix="reprokit-ray-") as temp:
             folder = Path(temp) / job.folder.name
             _unpack(packed, folder)
             before = _files(folder)
-            result = _run_here(replace(job, folder=folder), options, secrets)
+            result = _run_here(replace(job, folder=folder), options, here)
             made = _made(folder, before, job.stage.name)
             return result.to_json(), _pack(folder, [folder / m for m in made]), node
 
@@ -291,14 +303,22 @@ def _node_id() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def _run_here(job: StageJob, options: Options, secrets: list[str]) -> StageResult:
+def _run_here(job: StageJob, options: Options, here: _AsHere) -> StageResult:
     """The stage through :class:`LocalExecutor`, in a thread: ray.cancel raises
     KeyboardInterrupt in this one, which then stops the stage the way an interrupt does."""
     local = LocalExecutor(options)
-    local.secrets = sorted(set(local.secrets) | set(secrets), key=len, reverse=True)
+    local.secrets = sorted(set(local.secrets) | set(here.secrets), key=len, reverse=True)
     stop = threading.Event()
+
+    def run_stage() -> StageResult:
+        # Linux's niceness is a thread's: the stage, started from this thread, inherits this
+        # one. Lowering it needs privilege (root, CAP_SYS_NICE): else Ray's stays.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, here.nice)
+        return local.run_stage(job, stop)
+
     with cf.ThreadPoolExecutor(1, thread_name_prefix="reprokit-stage") as pool:
-        future = pool.submit(local.run_stage, job, stop)
+        future = pool.submit(run_stage)
         try:
             while not future.done():
                 cf.wait([future], timeout=POLL)

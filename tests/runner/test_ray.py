@@ -38,7 +38,7 @@ NODES = Path(__file__).parents[1] / "data/ray/templates"
 WORKER_SECRET = "worker-only-value-5eb1c0de"  # in the nodes' environment, not in ours
 DRIVER_SECRET = "driver-only-value-0ddba11e"  # in ours only: the worker learns it from us
 SHAPED = "hf_a1B2c3D4e5F6g7H8i9J0k1L2"  # a Hugging Face token's shape: redacted anywhere
-QUICK = {"timeout": 3.0, "grace": 1.0, "log_cap": LOG_CAP, "cache": False}
+QUICK = {"timeout": 10.0, "grace": 1.0, "log_cap": LOG_CAP, "cache": False}  # as test_scheduler
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def test_faulty_stages_end_the_same_through_ray_as_here(cluster, tmp_path):
 def test_a_worker_killed_mid_stage_is_a_crash_and_not_waited_on(cluster, tmp_path, write_case):
     marks = tmp_path / "marks"
     folder = rendered(tmp_path, write_case, marks=str(marks), hang="c3")
-    executor = make_executor(through_ray(cluster))
+    executor = make_executor(through_ray(cluster, timeout=120))  # the kill comes first
     try:
         with cf.ThreadPoolExecutor(1) as pool:
             job = StageJob(folder, Stage("c3", "cpu"))
@@ -183,7 +183,7 @@ def test_a_worker_killed_mid_stage_is_a_crash_and_not_waited_on(cluster, tmp_pat
 def test_a_stop_cancels_the_task_and_its_stage(cluster, tmp_path, write_case):
     marks = tmp_path / "marks"
     folder = rendered(tmp_path, write_case, marks=str(marks), hang="c3")
-    executor = make_executor(through_ray(cluster))
+    executor = make_executor(through_ray(cluster, timeout=120))  # the stop comes first
     stop = threading.Event()
     try:
         with cf.ThreadPoolExecutor(1) as pool:
@@ -196,7 +196,7 @@ def test_a_stop_cancels_the_task_and_its_stage(cluster, tmp_path, write_case):
             took = time.monotonic() - began
     finally:
         executor.close()
-    assert result.status is Status.INTERRUPTED and took < 10, (result, took)
+    assert result.status is Status.INTERRUPTED and took < 60, (result, took)  # not a hang
     assert gone(stage) and not runs_a_task(worker)
     assert (folder / "stages/c3/stdout.log").is_file()  # what it printed came back
 
@@ -237,7 +237,7 @@ def test_secrets_are_redacted_on_the_node_before_the_logs_travel(
     assert printed.split() == [MARKER] * 3  # the driver's, the token's shape, the node's
 
 
-def test_the_variants_interpreter_and_our_thread_and_xla_settings_reach_the_node(
+def test_the_stage_gets_our_interpreter_threads_niceness_and_xla_settings(
     cluster, tmp_path, write_case, monkeypatch
 ):
     python = tmp_path / "env/bin/python"  # a variant's environment: here, ours by another path
@@ -256,6 +256,8 @@ def test_the_variants_interpreter_and_our_thread_and_xla_settings_reach_the_node
     assert result.metrics["python"] == str(python)
     assert result.metrics["XLA_FLAGS"] == "--xla_dump_to=/nowhere"
     assert result.metrics["OMP_NUM_THREADS"] == ""  # as here: torch's own number of threads
+    if os.geteuid() == 0:  # Ray's workers run at nice 15; only a privileged one can lower it
+        assert result.metrics["nice"] == os.nice(0)
 
 
 def test_xla_stages_go_to_the_node_with_tpu_chips(cluster, tmp_path, write_case):
@@ -307,4 +309,4 @@ def test_an_address_nobody_answers_at_is_refused_at_once(cluster):
     began = time.monotonic()
     with pytest.raises(ReprokitError, match=r"no Ray cluster answers at 127\.0\.0\.1:1 "):
         make_executor(Options(executor="ray", ray_address="127.0.0.1:1"))
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < 60  # ray.init alone would retry forever
