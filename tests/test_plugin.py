@@ -35,6 +35,16 @@ def copy_cases(folder: Path, *names: str, expect: dict[str, str] | None = None) 
         (folder / f"{name}.toml").write_text(text)
 
 
+def outcomes(junit: Path) -> dict[str, str]:
+    """Each item's outcome, as the plugin records it in the JUnit XML."""
+    return {
+        case.get("name"): prop.get("value")
+        for case in ET.parse(junit).iter("testcase")
+        for prop in case.iter("property")
+        if prop.get("name") == "outcome"
+    }
+
+
 def test_failures_read_like_pytest_approx(tmp_path):
     copy_cases(
         tmp_path, "ok", "mismatch", "raise", "cuda", expect={"mismatch": "match", "raise": "match"}
@@ -57,12 +67,7 @@ def test_xdist_workers_agree_with_reprokit_run(tmp_path):
     copy_cases(tmp_path, *names)
     done = pytest_in(tmp_path, "-n", "2", "-q", "--junitxml=junit.xml")
     assert done.returncode == 0, done.stdout + done.stderr
-    by_item = {
-        case.get("name"): prop.get("value")
-        for case in ET.parse(tmp_path / "junit.xml").iter("testcase")
-        for prop in case.iter("property")
-        if prop.get("name") == "outcome"
-    }
+    by_item = outcomes(tmp_path / "junit.xml")
     variants = load_variants(names, cases=[CASES], templates=[TEMPLATES])
     options = Options(jobs=2, timeout=10, templates=(TEMPLATES,))
     summary = run(variants, run_dir=tmp_path / "run", options=options)
@@ -75,12 +80,7 @@ def test_items_run_through_ray_end_as_they_end_here(tmp_path):
     copy_cases(tmp_path, *names)
     done = pytest_in(tmp_path, "-q", "--junitxml=junit.xml", "--reprokit-executor=ray")
     assert done.returncode == 0, done.stdout + done.stderr
-    by_item = {
-        case.get("name"): prop.get("value")
-        for case in ET.parse(tmp_path / "junit.xml").iter("testcase")
-        for prop in case.iter("property")
-        if prop.get("name") == "outcome"
-    }
+    by_item = outcomes(tmp_path / "junit.xml")
     assert by_item == {"ok": "match", "mismatch": "mismatch", "raise": "error", "abort": "crash"}
 
 
