@@ -109,6 +109,8 @@ class CachingExecutor:
 def _keeps(result: StageResult) -> bool:
     if result.status is Status.CRASH:
         return result.signal != "SIGKILL"  # SIGKILL comes from outside: the OOM killer, a user
+    if result.status is Status.ERROR and result.returncode is None:
+        return False  # it never exited by itself: what ran it failed (a Ray task)
     return result.status in (Status.OK, Status.ERROR)
 
 

@@ -334,6 +334,8 @@ class _Scheduler:
         )
 
     def _device(self, stage: Stage) -> str | None:
+        if self.options.executor == "ray":  # Ray gives each task its own chips, node by node
+            return None
         return backends.exclusive_device(stage.backend, self.options.xla_device)
 
     def _listed(self, state: _State, future: cf.Future[tuple[StageResult, list[Stage]]]) -> None:
@@ -353,9 +355,10 @@ class _Scheduler:
         unasked = "not in --stages"
         if not chosen:  # a typo, or a case without those stages: say which it has
             unasked = f"--stages names none of its stages ({', '.join(s.name for s in stages)})"
+        here = self.options.executor == "local"  # on Ray, the executor skips what no node has
         for stage in stages:
             why = unasked if stage.name not in chosen else None
-            if why := why or backends.unavailable(stage.backend):
+            if why := why or (here and backends.unavailable(stage.backend)) or None:
                 state.results[stage.name] = StageResult(
                     stage.name, stage.backend, Status.SKIPPED, reason=why
                 )
