@@ -44,7 +44,7 @@ def test_seed_script_runs_every_stage_and_compares(tmp_path):
     assert {"output", "loss", "param.0.weight"} <= set(rows)
     assert rows["output"][4] == "0"  # nothing mismatched on XLA:CPU
     assert (tmp_path / "w/train_multicore/model.xser.tensors").is_dir()  # xser really wrote it
-    assert (tmp_path / "w/dcp").is_dir()  # and CheckpointManager converted it
+    assert (tmp_path / "w/convert/dcp").is_dir()  # and CheckpointManager converted it
     train = json.loads((tmp_path / "w/train_multicore/result.json").read_text())
     assert len(train["metrics"]["train_loss"]) == 4  # the template's train_steps
     xla = json.loads((tmp_path / "w/eval_spmd/result.json").read_text())["xla"]  # torch_xla's view

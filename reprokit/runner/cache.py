@@ -7,6 +7,11 @@ environment, the Python and the installed versions of torch, torch_xla and frien
 device kind, and the bytes every stage it needs left behind (so a need that was reused, or
 re-run with the same result, lets it be reused too; one that changed makes it run).
 
+A stage writes under its own folder, ``stages/<name>/``: that folder is what is kept and
+brought back. A variant whose stages write beside their folders (``stages/dcp``) has none of
+its stages kept, with a warning saying what to change: reused without them, a stage that needs
+those files would fail, or read a stale copy.
+
 Only endings that the inputs decide are kept: ok, error, and a crash by the stage's own
 signal. A timeout, an interrupt, or a SIGKILL from outside (the OOM killer) say more about
 the machine than about the repro: those stages run again.
@@ -24,11 +29,13 @@ import shutil
 import sys
 import tempfile
 import threading
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
 from reprokit.caching import cache_root, content_digest
 from reprokit.env import versions
+from reprokit.errors import ReprokitWarning
 from reprokit.records import Stage, StageResult, Status, write_json
 from reprokit.runner import backends
 from reprokit.runner.options import Options
@@ -47,9 +54,13 @@ class CachingExecutor:
     def __init__(self, inner: Executor, options: Options, run_dir: Path) -> None:
         self.inner, self.options, self.run_dir = inner, options, run_dir
         self.folder = cache_root() / "results"
+        self.stage_names: dict[Path, set[str]] = {}  # each variant folder's stages, as listed
+        self.warned: set[Path] = set()
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
-        return self.inner.list_stages(folder, stop)
+        listed, stages = self.inner.list_stages(folder, stop)
+        self.stage_names[folder] = {stage.name for stage in stages}
+        return listed, stages
 
     def close(self) -> None:
         self.inner.close()
@@ -59,7 +70,7 @@ class CachingExecutor:
         if (reused := self._get(key, job)) is not None:
             return reused
         result = self.inner.run_stage(job, stop)
-        if _keeps(result):
+        if _keeps(result) and not self._writes_elsewhere(job.folder):
             self._put(key, job, result)
         return result
 
@@ -77,6 +88,22 @@ class CachingExecutor:
             "needs": {n: _digest(job.folder / "stages" / n) for n in sorted(stage.needs)},
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+    def _writes_elsewhere(self, folder: Path) -> bool:
+        """Whether the variant's stages wrote in ``stages/`` beside their own folders (warned
+        once per variant)."""
+        names = self.stage_names.get(folder, set())
+        stray = sorted(p.name for p in (folder / "stages").iterdir() if p.name not in names)
+        if stray and folder not in self.warned:
+            self.warned.add(folder)
+            warnings.warn(
+                f"{folder}: its stages wrote {', '.join(f'stages/{s}' for s in stray)}, outside "
+                "their own folders: the results cache keeps none of its stages, as it could not "
+                "bring those files back. In the template, write under workdir / <stage name>.",
+                ReprokitWarning,
+                stacklevel=2,
+            )
+        return bool(stray)
 
     def _get(self, key: str, job: StageJob) -> StageResult | None:
         entry = self.folder / key

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import reprokit.runner.cache as cache_module
+from reprokit.errors import ReprokitWarning
 from reprokit.generate.cases import load_variants
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
@@ -105,6 +106,15 @@ def test_errors_are_kept_but_timeouts_are_not(counted):
     assert counted(mode="raise")[1]["second"] == 1
     counted(mode="hang", timeout=1)
     assert counted(mode="hang", timeout=1)[1]["second"] == 3  # raise once, hang twice
+
+
+def test_stages_writing_beside_their_folders_are_not_kept(counted, results_cache):
+    """The seed's convert wrote stages/dcp: reused without it, eval_spmd found no checkpoint."""
+    with pytest.warns(ReprokitWarning, match=r"wrote stages/shared, outside their own folders"):
+        counted(mode="elsewhere")
+    assert not list((results_cache / "results").glob("*/record.json"))
+    reused, ran = counted(mode="elsewhere")
+    assert ran == {"first": 2, "second": 2} and reused == {"first": None, "second": None}
 
 
 def _forget(cache: Path, stage: str) -> None:
