@@ -37,7 +37,7 @@ class Bisection:
 
     def outcome(self, release: str) -> tuple[tuple[str, str], ...]:
         """Each variant's outcome there, by its label without the environment."""
-        return tuple((_base(v.label), v.outcome.value) for v in self.tried[release].variants)
+        return tuple((v.base_label, v.outcome.value) for v in self.tried[release].variants)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,15 +101,10 @@ def _shown(outcome: tuple[tuple[str, str], ...]) -> str:
     return ", ".join(f"{label} {value}" for label, value in outcome)
 
 
-def _base(label: str) -> str:
-    """A variant's label without its environment: ``case[a]@2.8`` -> ``case[a]``."""
-    return label.rsplit("@", 1)[0]
-
-
 def _divergences(summary: RunSummary) -> dict[str, dict[str, Any]]:
     """Each variant's outcome and where it first diverged (or why it failed)."""
     return {
-        _base(v.label): {
+        v.base_label: {
             "outcome": v.outcome.value,
             "reason": v.reason,
             "first_divergence": v.first_divergence,

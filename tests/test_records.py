@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -109,3 +110,11 @@ def test_a_summary_from_the_first_release_still_reads(tmp_path):
     assert c.shape == (2,) and c.max_abs == INF and math.isnan(c.worst[0].target)
     assert summary.env.rows()[:2] == [("Python", "3.11.7"), ("Platform", "Linux")]
     assert variant.passed is False and variant.stages[0].metrics == {}
+
+
+def test_a_label_without_its_environment():
+    """bisect and the report's environment table group a variant's runs by it; a parameter
+    value holding "@" stays in it."""
+    plain = VariantResult("c", "c[a@b]", {"a": "a@b"}, Outcome.MATCH, Outcome.MATCH, 1.0)
+    in_env = replace(plain, label="c[a@b]@2.8", env={"name": "2.8", "requirements": []})
+    assert plain.base_label == in_env.base_label == "c[a@b]"

@@ -145,6 +145,11 @@ class VariantResult:
     env: dict[str, Any] | None = None  # the environment it ran in (--env): name, requirements
 
     @property
+    def base_label(self) -> str:
+        """The label without its environment: ``case[a]@2.8`` -> ``case[a]``."""
+        return self.label.removesuffix(f"@{self.env['name']}") if self.env else self.label
+
+    @property
     def passed(self) -> bool | None:
         """Outcome as expected; None when skipped (neither passed nor failed)."""
         return None if self.outcome is Outcome.SKIPPED else self.outcome == self.expected

@@ -232,7 +232,7 @@ def envs_table(variants: tuple[VariantResult, ...]) -> Table | None:
     outcomes: dict[str, dict[str, str]] = {}
     imported: dict[str, str] = {}
     for v in (v for v in variants if v.env):
-        outcomes.setdefault(v.label.rsplit("@", 1)[0], {})[v.env["name"]] = v.outcome.value
+        outcomes.setdefault(v.base_label, {})[v.env["name"]] = v.outcome.value
         found = next((s.versions for s in v.stages if (s.versions or {}).get("torch_xla")),
                      None)  # fmt: skip
         if found:
