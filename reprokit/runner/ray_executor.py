@@ -56,6 +56,7 @@ from typing import Any
 from reprokit.errors import ReprokitError
 from reprokit.records import Stage, StageResult, Status
 from reprokit.redact import is_secret_name, secret_values
+from reprokit.runner import signals
 from reprokit.runner.cache import STEERING
 from reprokit.runner.options import Options
 from reprokit.runner.stage import LocalExecutor, StageJob, last_words
@@ -226,15 +227,33 @@ def _connect(ray: Any, options: Options) -> bool:
     if address is None:  # "local": a private instance, not one found running on this machine
         cpus = max(options.jobs, os.cpu_count() or 1)  # the scheduler's slots bound the tasks
         # Ray starts its workers at nice 15 (its daemons first): a stage would inherit it
-        ray.init(address="local", num_cpus=cpus, include_dashboard=False,
-                 _system_config={"worker_niceness": 0}, **quiet)  # fmt: skip
+        _init(ray, address="local", num_cpus=cpus, include_dashboard=False,
+              _system_config={"worker_niceness": 0}, **quiet)  # fmt: skip
         return True
     _reachable(address)
     try:
-        ray.init(address=address, **quiet)
+        _init(ray, address=address, **quiet)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise ReprokitError(f"could not join the Ray cluster at {address}: {exc}") from None
     return True
+
+
+def _init(ray: Any, **options: Any) -> None:
+    """``ray.init``, with a stop signal held back until it returns, then Ray shut down and the
+    stop raised: interrupted half way, Ray left its agents running or the process died of a
+    segfault. Ray's init also sets SIGTERM handlers of its own (they end the process with
+    sys.exit wherever it is, which left agents running too); they would be replaced by the
+    handlers there were once it returns, so they are not set at all."""
+    utils = ray._private.utils  # ray==2.60.0, as the extra pins it
+    setter, utils.set_sigterm_handler = utils.set_sigterm_handler, lambda handler: None
+    try:
+        with signals.deferred() as came:
+            ray.init(**options)
+    finally:
+        utils.set_sigterm_handler = setter
+    if came:
+        ray.shutdown()
+        raise KeyboardInterrupt
 
 
 def _reachable(address: str) -> None:

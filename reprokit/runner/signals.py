@@ -56,6 +56,32 @@ def raising() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def deferred() -> Iterator[list[int]]:
+    """Inside, the first of the three is only remembered, in the list yielded (and all three
+    are ignored from then on, as :func:`install`'s handler does), so that a start which an
+    exception would leave half done runs to its end; the caller stops after it. Without a
+    signal, the handlers there were come back."""
+    came: list[int] = []
+    if not _main_thread():
+        yield came
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        ignore()
+        came.append(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in STOPPING}
+    try:
+        yield came
+    finally:
+        if came:
+            ignore()  # also over a handler the block set (Ray sets its own for SIGTERM)
+        else:
+            for signum, old in previous.items():
+                signal.signal(signum, old)
+
+
+@contextlib.contextmanager
 def ignored() -> Iterator[None]:
     """Inside, the three are ignored (a cleanup that must finish); then as they were."""
     if not _main_thread():

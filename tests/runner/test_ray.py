@@ -318,3 +318,58 @@ def test_an_address_nobody_answers_at_is_refused_at_once(cluster):
     with pytest.raises(ReprokitError, match=r"no Ray cluster answers at 127\.0\.0\.1:1 "):
         make_executor(Options(executor="ray", ray_address="127.0.0.1:1"))
     assert time.monotonic() - began < 60  # ray.init alone would retry forever
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=str)
+def test_a_signal_while_ray_starts_exits_130_and_leaves_no_ray_process(
+    tmp_path, write_case, monkeypatch, signum
+):
+    """The signal comes when Ray's raylet appears: its agents are still starting. Raised in the
+    middle of ray.init, it left Ray's agents running (SIGTERM) or the run died of a segfault
+    (SIGINT); now the start finishes, Ray is shut down, and the run exits 130."""
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a private local Ray, started by the run
+    case = nodes_variant(write_case, marks=str(tmp_path / "marks")).case.path
+    command = [sys.executable, "-m", "reprokit", "run", case, "-o", tmp_path / "run"]
+    command += ["--templates", NODES, "--no-cache", "--executor", "ray"]
+    child = subprocess.Popen(
+        list(map(str, command)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    seen: dict[int, str] = {}  # every process the run started, by pid
+    try:
+
+        def raylet_started() -> bool:
+            assert child.poll() is None, "the run ended before Ray started"
+            seen.update(descendants(child.pid))
+            return "raylet" in seen.values()
+
+        wait_for(raylet_started, "a raylet")
+        child.send_signal(signum)
+        while child.poll() is None:  # the agents Ray starts from now on count too
+            seen.update(descendants(child.pid))
+            time.sleep(0.02)
+        output = child.communicate(timeout=60)[0].decode()
+    finally:
+        child.kill()
+    assert child.returncode == 130, output
+    wait_for(lambda: all(gone(pid) for pid in seen), f"Ray's processes gone: {seen}", limit=30)
+
+
+def descendants(root: int) -> dict[int, str]:
+    """The processes under ``root`` (pid: name), read from /proc."""
+    parents, names = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        names[pid] = text[text.index("(") + 1 : text.rindex(")")]
+        parents[pid] = int(text.rsplit(")", 1)[1].split()[1])
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found.update({pid: names[pid] for pid in children})
+        frontier += children
+    return found
