@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprokit.envs import env_python, release_env, releases
+from reprokit.envs import env_python
+from reprokit.releases import release_env, releases
 
 
 def timed(command: list[str]) -> tuple[float, subprocess.CompletedProcess]:

@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprokit.envs import EnvSpec, env_python, release_env
+from reprokit.envs import EnvSpec, env_python
+from reprokit.releases import release_env
 
 GB = 1e9
 

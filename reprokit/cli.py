@@ -19,13 +19,13 @@ import reprokit
 from reprokit import graph_minimize
 from reprokit.bisect import bisect, describe
 from reprokit.envs import env_python, parse_env
-from reprokit.envs import releases as release_list
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.cases import Variant, find_cases, load_case, parse_sets, variants
 from reprokit.generate.templates import did_you_mean, list_templates
 from reprokit.merge import merge
 from reprokit.minimize import minimize
 from reprokit.records import Comparison, DiffSummary
+from reprokit.releases import releases as release_list
 from reprokit.reports.markdown import verdict
 from reprokit.runner import backends, progress, signals
 from reprokit.runner.keywords import select

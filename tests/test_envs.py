@@ -21,11 +21,10 @@ from reprokit.envs import (
     env_dir,
     env_python,
     parse_env,
-    release_env,
-    releases,
     uv_error,
 )
 from reprokit.errors import ReprokitError
+from reprokit.releases import release_env, releases
 
 needs_uv = pytest.mark.skipif(
     importlib.util.find_spec("uv") is None and shutil.which("uv") is None,
