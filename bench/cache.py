@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprokit.generate.cases import load_variants
 from reprokit.generate.render import render
+from reprokit.generate.variants import load_variants
 from reprokit.runner.dag import read_stages
 
 

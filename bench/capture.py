@@ -25,8 +25,9 @@ import torch
 from torch import nn
 
 from reprokit.capturing import capture
-from reprokit.generate.cases import load_case, variants
+from reprokit.generate.cases import load_case
 from reprokit.generate.render import render
+from reprokit.generate.variants import variants
 
 STAGES = ("ref_fp64", "cpu", "xla")
 

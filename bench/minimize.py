@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.minimize import Cache, Observation, Search, bisect_param, minimize, simplest
 from reprokit.runner.options import Options
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from reprokit.capturing import command
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.graph_minimize import minimize_graph
 from reprokit.minimize import Cache
 from reprokit.runner.options import Options

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprokit.generate.cases import Variant, load_variants
+from reprokit.generate.variants import Variant, load_variants
 from reprokit.records import Stage, StageResult
 from reprokit.runner.keywords import select
 from reprokit.runner.options import Options

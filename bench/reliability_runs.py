@@ -28,7 +28,7 @@ from reliability_common import (
     zero,
 )
 
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.pause import POINTS
 from reprokit.records import read_summary
 from reprokit.runner.options import Options

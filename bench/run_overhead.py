@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprokit.generate.cases import load_variants
 from reprokit.generate.render import render
+from reprokit.generate.variants import load_variants
 
 
 def bare(script: Path, stages: list[str], workdir: Path) -> float:
@@ -48,7 +48,7 @@ def harness(case: str, run_dir: Path, jobs: int) -> float:
 _API = """
 import sys
 from pathlib import Path
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 options = Options(jobs=1, cache=False)

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.errors import ReprokitError
-from reprokit.generate.cases import Variant
-from reprokit.generate.cases import load_variants as load_cases
 from reprokit.generate.render import render
+from reprokit.generate.variants import Variant
+from reprokit.generate.variants import load_variants as load_cases
 from reprokit.records import Comparison, Outcome, RunSummary, VariantResult
 from reprokit.reports import write_reports as report
 from reprokit.runner.options import Options

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.records import RunSummary, write_json
 from reprokit.releases import release_env
 from reprokit.reports import write_reports

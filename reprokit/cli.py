@@ -20,8 +20,9 @@ from reprokit import graph_minimize
 from reprokit.bisect import bisect, describe
 from reprokit.envs import env_python, parse_env
 from reprokit.errors import ReprokitError, ReprokitWarning
-from reprokit.generate.cases import Variant, find_cases, load_case, parse_sets, variants
+from reprokit.generate.cases import find_cases, load_case
 from reprokit.generate.templates import did_you_mean, list_templates
+from reprokit.generate.variants import Variant, parse_sets, variants
 from reprokit.merge import merge
 from reprokit.minimize import minimize
 from reprokit.records import Comparison, DiffSummary

@@ -19,7 +19,8 @@ from pathlib import Path
 from reprokit.comparison.verdict import verdict
 from reprokit.envs import EnvSpec
 from reprokit.errors import ReprokitError
-from reprokit.generate.cases import Variant, find_cases, load_case
+from reprokit.generate.cases import find_cases, load_case
+from reprokit.generate.variants import Variant
 from reprokit.records import (
     Machine,
     RunSummary,

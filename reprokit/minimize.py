@@ -32,9 +32,9 @@ import tomli_w
 from reprokit.caching import cache_root
 from reprokit.env import capture as capture_env
 from reprokit.env import versions
-from reprokit.generate.cases import Variant
 from reprokit.generate.render import render
 from reprokit.generate.templates import Param
+from reprokit.generate.variants import Variant
 from reprokit.records import (
     Change,
     MinimizeResult,

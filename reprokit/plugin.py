@@ -24,7 +24,7 @@ from reprokit.runner import backends
 from reprokit.runner.options import Options
 
 if TYPE_CHECKING:
-    from reprokit.generate.cases import Variant
+    from reprokit.generate.variants import Variant
 
 _CASE_TABLE = re.compile(r"^\s*\[\s*case\s*\]", re.MULTILINE)
 WORST = 3  # differing tensors shown in a failure
@@ -95,7 +95,8 @@ class CaseFile(pytest.File):
     """One case file: one item per variant."""
 
     def collect(self):
-        from reprokit.generate.cases import load_case, variants
+        from reprokit.generate.cases import load_case
+        from reprokit.generate.variants import variants
 
         case = load_case(self.path, templates=_templates(self.config))
         group = _exclusive_group(self.config)

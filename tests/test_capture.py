@@ -23,8 +23,9 @@ import torch
 
 from reprokit.capturing import check_program, command, export, load_factory
 from reprokit.errors import ReprokitError, ReprokitWarning
-from reprokit.generate.cases import load_case, variants
+from reprokit.generate.cases import load_case
 from reprokit.generate.render import render
+from reprokit.generate.variants import variants
 
 MODELS = Path(__file__).parent / "data" / "capture" / "models.py"
 

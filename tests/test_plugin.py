@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 

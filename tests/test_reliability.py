@@ -28,7 +28,7 @@ from reliability_common import FAULT_TEMPLATES, Figure, orphans, table
 from reliability_hostile import hostile_render, hostile_run
 
 import reprokit.runner.scheduler as run_module
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.pause import POINTS
 from reprokit.records import read_summary
 from reprokit.redact import MARKER, is_secret_name, redact_text

@@ -7,8 +7,8 @@ import re
 import subprocess
 import sys
 
-from reprokit.generate.cases import load_variants
 from reprokit.generate.render import render
+from reprokit.generate.variants import load_variants
 
 
 def run_seed_script(tmp_path, broken: str | None = None, **sets) -> subprocess.CompletedProcess:

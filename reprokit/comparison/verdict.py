@@ -32,7 +32,7 @@ from reprokit.records import (
 from reprokit.torch_import import import_module
 
 if TYPE_CHECKING:
-    from reprokit.generate.cases import Variant
+    from reprokit.generate.variants import Variant
 
 
 @dataclass

@@ -29,7 +29,7 @@ COMMENT_WIDTH = 96  # a wrapped comment line, "# " included, stays within 98 col
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from reprokit.generate.cases import Variant
+    from reprokit.generate.variants import Variant
 
 
 def _python_literal(value: Any) -> Markup:

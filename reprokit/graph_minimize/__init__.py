@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from reprokit.errors import ReprokitError
-from reprokit.generate.cases import Variant
 from reprokit.generate.render import render
+from reprokit.generate.variants import Variant
 from reprokit.graph_minimize import program, script
 from reprokit.graph_minimize.program import State
 from reprokit.graph_minimize.search import GraphSearch, ParamSearch, Target, shrink_graph

@@ -18,9 +18,9 @@ from typing import Any
 
 import reprokit.graph_minimize.program as program
 from reprokit.errors import ReprokitError
-from reprokit.generate.cases import Variant
 from reprokit.generate.render import environment
 from reprokit.generate.templates import template_dirs
+from reprokit.generate.variants import Variant
 from reprokit.graph_minimize.program import Original, State
 
 TEMPLATE = "_graph_repro.py.j2"

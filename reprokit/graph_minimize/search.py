@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import reprokit.graph_minimize.program as program
-from reprokit.generate.cases import Variant
 from reprokit.generate.render import render
+from reprokit.generate.variants import Variant
 from reprokit.graph_minimize.program import Original, State
 from reprokit.minimize import BudgetSpent, Cache, Search, run_batch
 from reprokit.records import Outcome, VariantResult

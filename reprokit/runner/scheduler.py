@@ -33,8 +33,8 @@ from reprokit.comparison.verdict import verdict
 from reprokit.env import capture as capture_env
 from reprokit.envs import env_python
 from reprokit.errors import ReprokitError
-from reprokit.generate.cases import Variant
 from reprokit.generate.render import render
+from reprokit.generate.variants import Variant
 from reprokit.pause import pause
 from reprokit.records import (
     Environment,

@@ -11,8 +11,8 @@ import torch
 from conftest import TEST_TEMPLATES
 
 from reprokit.comparison.verdict import compare_stages
-from reprokit.generate.cases import load_variants
 from reprokit.generate.render import render
+from reprokit.generate.variants import load_variants
 from reprokit.records import Stage, StageResult, Status
 
 NAN, INF = float("nan"), float("inf")

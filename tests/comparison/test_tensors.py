@@ -14,8 +14,8 @@ import torch
 from reprokit.comparison import tensors
 from reprokit.comparison.checkpoints import load_tensors
 from reprokit.comparison.tensors import compare_tensor, compare_tensors
-from reprokit.generate.cases import load_variants
 from reprokit.generate.render import render
+from reprokit.generate.variants import load_variants
 from reprokit.records import Comparison, DiffSummary, Worst, divergence_summary, first_divergence
 
 

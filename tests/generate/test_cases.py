@@ -7,8 +7,9 @@ import pytest
 from conftest import TEST_TEMPLATES
 
 from reprokit.errors import ReprokitError
-from reprokit.generate.cases import load_case, load_variants, parse_sets, variants
+from reprokit.generate.cases import load_case
 from reprokit.generate.templates import builtin_dir
+from reprokit.generate.variants import load_variants, parse_sets, variants
 
 GOOD = """
     [case]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import TEST_TEMPLATES
 
-from reprokit.generate.cases import load_variants
 from reprokit.generate.render import render
+from reprokit.generate.variants import load_variants
 
 BUILTIN = load_variants()
 ALLOWED_IMPORTS = {"torch", "torch_xla", "numpy", *sys.stdlib_module_names}

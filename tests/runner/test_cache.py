@@ -13,7 +13,7 @@ import pytest
 
 import reprokit.runner.cache as cache_module
 from reprokit.errors import ReprokitWarning
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 

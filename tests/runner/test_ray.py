@@ -25,8 +25,8 @@ import pytest
 from test_scheduler import EXPECTED, LOG_CAP, faulty, gone
 
 from reprokit.errors import ReprokitError
-from reprokit.generate.cases import load_variants
 from reprokit.generate.render import render
+from reprokit.generate.variants import load_variants
 from reprokit.records import Outcome, Stage, StageResult, Status, read_summary
 from reprokit.redact import MARKER
 from reprokit.runner.options import Options

@@ -19,7 +19,7 @@ import filelock
 import pytest
 
 from reprokit.errors import ReprokitError
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.records import Outcome, Status, read_summary
 from reprokit.runner.dag import parse_stages
 from reprokit.runner.keywords import matches, select

@@ -7,7 +7,7 @@ import pytest
 from conftest import TEST_TEMPLATES
 
 from reprokit.errors import ReprokitError, ReprokitWarning
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.records import Outcome
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.generate.cases import load_variants
+from reprokit.generate.variants import load_variants
 from reprokit.records import Status, read_summary
 from reprokit.runner import warm
 from reprokit.runner.options import Options
