@@ -92,8 +92,10 @@ class CachingExecutor:
     def _writes_elsewhere(self, folder: Path) -> bool:
         """Whether the variant's stages wrote in ``stages/`` beside their own folders (warned
         once per variant)."""
-        names = self.stage_names.get(folder, set())
-        stray = sorted(p.name for p in (folder / "stages").iterdir() if p.name not in names)
+        names, stages = self.stage_names.get(folder), folder / "stages"
+        if names is None or not stages.is_dir():  # listed elsewhere: nothing to tell them by
+            return False
+        stray = sorted(p.name for p in stages.iterdir() if p.name not in names)
         if stray and folder not in self.warned:
             self.warned.add(folder)
             warnings.warn(

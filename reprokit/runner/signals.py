@@ -75,7 +75,7 @@ def deferred() -> Iterator[list[int]]:
         yield came
     finally:
         if came:
-            ignore()  # also over a handler the block set (Ray sets its own for SIGTERM)
+            ignore()  # also over any handler set inside the block
         else:
             for signum, old in previous.items():
                 signal.signal(signum, old)
