@@ -57,6 +57,7 @@ NODE_OWN = re.compile(r"VISIBLE|^TPU_")
 # What Ray sets in every task (OMP_NUM_THREADS=1 for a task of one CPU): a stage gets the
 # driver's value, or none, as it would here (torch's default threads, the results cache's key).
 RAY_SETS = ("OMP_NUM_THREADS",)
+WORKSPACE = "reprokit-ray-"  # a stage's temporary folder on a node: reprokit-ray-<pid>-<random>
 # Ray errors that mean the worker (or its node) died under the stage: its group was killed.
 LOST = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "OutOfMemoryError")
 
@@ -293,13 +294,34 @@ def _stage_task(
     with _environ(here.steering):
         if packed is None:  # the job's folder is in the shared folder, seen from every node
             return _run_here(job, options, here).to_json(), None, node
-        with tempfile.TemporaryDirectory(prefix="reprokit-ray-") as temp:
+        with _workspace() as temp:
             folder = Path(temp) / job.folder.name
             unpack(packed, folder)
             before = snapshot(folder)
             result = _run_here(replace(job, folder=folder), options, here)
             made = made_files(folder, before, job.stage.name)
             return result.to_json(), pack(folder, [folder / m for m in made]), node
+
+
+def _workspace() -> tempfile.TemporaryDirectory[str]:
+    """A temporary folder for one stage on this node, named after this worker's pid; the
+    folders of workers that are gone (force-killed after a stop's grace: nothing removed
+    theirs) are removed first."""
+    for path in Path(tempfile.gettempdir()).glob(f"{WORKSPACE}*-*"):
+        pid = path.name.removeprefix(WORKSPACE).split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{WORKSPACE}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        pass
+    return True
 
 
 def _node_id() -> str:

@@ -12,9 +12,11 @@ import concurrent.futures as cf
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -373,3 +375,22 @@ def descendants(root: int) -> dict[int, str]:
         found.update({pid: names[pid] for pid in children})
         frontier += children
     return found
+
+
+def test_a_force_killed_workers_folder_is_removed_by_the_next_stage(cluster, tmp_path, write_case):
+    """A task force-killed after a stop's grace leaves its temporary folder on the node; the
+    next stage there removes the folders of workers that are gone (and only those)."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = Path(tempfile.gettempdir()) / f"reprokit-ray-{dead.pid}-left"
+    living = Path(tempfile.gettempdir()) / f"reprokit-ray-{os.getpid()}-living"
+    for folder in (left, living):
+        (folder / "nodes").mkdir(parents=True, exist_ok=True)
+    try:
+        options = through_ray(cluster, templates=(NODES,))
+        summary = run([nodes_variant(write_case)], run_dir=tmp_path / "run", options=options)
+        assert summary.variants[0].outcome is Outcome.MATCH
+        assert not left.exists() and living.is_dir()
+    finally:
+        for folder in (left, living):
+            shutil.rmtree(folder, ignore_errors=True)
