@@ -11,6 +11,7 @@ import ast
 import contextlib
 import json
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from reprokit.records import Stage, StageResult, Status
@@ -144,6 +145,20 @@ def check_dag(stages: list[Stage]) -> None:
         if not ready:
             raise ValueError("the needs form a cycle: " + ", ".join(sorted(set(names) - done)))
         done |= ready
+
+
+def needed(stages: list[Stage], names: Iterable[str]) -> set[str]:
+    """``names`` and every stage they need, however indirectly (a name that is no stage of
+    ``stages`` counts, needing nothing)."""
+    needs = {stage.name: stage.needs for stage in stages}
+    found: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo.extend(needs.get(name, ()))
+    return found
 
 
 def blocked(stages: list[Stage], results: dict[str, StageResult]) -> dict[str, StageResult]:

@@ -48,7 +48,7 @@ from reprokit.records import (
 from reprokit.redact import redact_text
 from reprokit.runner import backends, signals
 from reprokit.runner.cache import CachingExecutor
-from reprokit.runner.dag import blocked
+from reprokit.runner.dag import blocked, needed
 from reprokit.runner.options import Options
 from reprokit.runner.stage import (
     Executor,
@@ -394,15 +394,8 @@ class _Scheduler:
 def selected(stages: list[Stage], names: Iterable[str]) -> set[str]:
     """The stages ``--stages NAME,...`` runs: those named and every stage they need, however
     indirectly; all of them when none is named."""
-    by_name = {stage.name: stage for stage in stages}
-    wanted = [name for name in names if name in by_name] if names else list(by_name)
-    found: set[str] = set()
-    while wanted:
-        name = wanted.pop()
-        if name not in found:
-            found.add(name)
-            wanted.extend(by_name[name].needs)
-    return found
+    known = [stage.name for stage in stages]
+    return needed(stages, [name for name in names if name in known] if names else known)
 
 
 @functools.cache

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from reprokit.records import Stage
+from reprokit.runner.dag import needed
 from reprokit.runner.stage import StageJob
 
 
@@ -38,24 +39,11 @@ def inputs(job: StageJob, dag: list[Stage]) -> list[Path]:
     variant's stages (``dag`` empty), every stage folder but its own."""
     folder, stages = job.folder, job.folder / "stages"
     named = {s.name for s in dag} | {job.stage.name}
-    wanted = upstream(job.stage, dag)
+    wanted = needed(dag, job.stage.needs)
     found = [path for path in sorted(folder.iterdir()) if path.name != "stages"]
     for path in sorted(stages.iterdir()) if stages.is_dir() else ():
         if path.name in wanted or path.name not in named:
             found.append(path)
-    return found
-
-
-def upstream(stage: Stage, dag: list[Stage]) -> set[str]:
-    """The stages ``stage`` needs, and those they need, and so on."""
-    needs = {s.name: s.needs for s in dag}
-    found: set[str] = set()
-    todo = list(stage.needs)
-    while todo:
-        name = todo.pop()
-        if name not in found:
-            found.add(name)
-            todo.extend(needs.get(name, ()))
     return found
 
 
