@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprokit.envs import env_python
-from reprokit.releases import release_env, releases
+from reprokit.environment.releases import release_env, releases
+from reprokit.environment.uv import env_python
 
 
 def timed(command: list[str]) -> tuple[float, subprocess.CompletedProcess]:

@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from reprokit.capturing import capture
 from reprokit.generate.cases import load_case
 from reprokit.generate.render import render
 from reprokit.generate.variants import variants
+from reprokit.tools.capture import capture
 
 STAGES = ("ref_fp64", "cpu", "xla")
 

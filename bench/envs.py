@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprokit.envs import EnvSpec, env_python
-from reprokit.releases import release_env
+from reprokit.environment.releases import release_env
+from reprokit.environment.uv import EnvSpec, env_python
 
 GB = 1e9
 

@@ -16,8 +16,15 @@ import time
 from pathlib import Path
 
 from reprokit.generate.variants import load_variants
-from reprokit.minimize import Cache, Observation, Search, bisect_param, minimize, simplest
 from reprokit.runner.options import Options
+from reprokit.tools.minimize.params import (
+    Cache,
+    Observation,
+    Search,
+    bisect_param,
+    minimize,
+    simplest,
+)
 
 DATA = Path(__file__).parents[1] / "tests" / "data" / "minimize"
 SETS = {"layers": 8, "width": 512, "steps": 20, "inject_layer": 3}

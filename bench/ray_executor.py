@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reprokit.generate.variants import Variant, load_variants
+from reprokit.infra.torch_import import import_module
 from reprokit.records import Stage, StageResult
 from reprokit.runner.keywords import select
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 from reprokit.runner.stage import Executor, StageJob
 from reprokit.runner.warm import make_executor
-from reprokit.torch_import import import_module
 
 SEED = "xser_to_spmd"
 

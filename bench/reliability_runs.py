@@ -29,7 +29,7 @@ from reliability_common import (
 )
 
 from reprokit.generate.variants import load_variants
-from reprokit.pause import POINTS
+from reprokit.infra.pause import POINTS
 from reprokit.records import read_summary
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
@@ -160,7 +160,7 @@ def _one_interrupt(
     folder: Path, case: Path, delay: float, signum: int, pause: str | None = None
 ) -> dict:
     """Start `reprokit run`, signal it after ``delay`` seconds, or once it holds still at the
-    test point ``pause`` (reprokit/pause.py), and judge what it left."""
+    test point ``pause`` (reprokit/infra/pause.py), and judge what it left."""
     run_dir, marker = folder / "run", folder / "paused"
     command = [PYTHON, "-m", "reprokit", "run", str(case), "-n", "2", "-o", str(run_dir)]
     command += ["--templates", str(FAULT_TEMPLATES), "--timeout", "120", "--no-cache"]
@@ -212,7 +212,7 @@ def paused_interrupt(folder: Path, point: str, signum: int) -> dict:
 
 
 def test_points(folder: Path) -> list[Figure]:
-    """A signal at each test point of reprokit/pause.py, each of SIGINT, SIGTERM, SIGHUP."""
+    """A signal at each test point of reprokit/infra/pause.py, each of SIGINT, SIGTERM, SIGHUP."""
     wrong = []
     for point in POINTS:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

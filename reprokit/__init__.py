@@ -49,8 +49,8 @@ def capture(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = 
             name: str, out_dir: Path | str = ".", state_dict: Path | str | None = None,
             random_inputs: bool = False) -> Path:  # fmt: skip
     """Your own model: ``torch.export`` it into ``OUT_DIR/NAME.pt2`` and write the case that
-    runs it, ``OUT_DIR/NAME.toml``; returns the case's path (reprokit.capturing)."""
-    from reprokit.capturing import capture as capture_program  # torch: only here
+    runs it, ``OUT_DIR/NAME.toml``; returns the case's path (reprokit.tools.capture)."""
+    from reprokit.tools.capture import capture as capture_program  # torch: only here
 
     return capture_program(module, args, kwargs, name=name, out_dir=out_dir,
                            state_dict=state_dict, random_inputs=random_inputs)  # fmt: skip

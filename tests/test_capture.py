@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from reprokit.capturing import check_program, command, export, load_factory
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.cases import load_case
 from reprokit.generate.render import render
 from reprokit.generate.variants import variants
+from reprokit.tools.capture import check_program, command, export, load_factory
 
 MODELS = Path(__file__).parent / "data" / "capture" / "models.py"
 

@@ -13,8 +13,8 @@ import json
 
 from conftest import TEST_TEMPLATES
 
+from reprokit.environment.releases import release_env
 from reprokit.records import Outcome, read_summary
-from reprokit.releases import release_env
 
 CASE = "xm_save_vs_xser"
 

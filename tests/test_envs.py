@@ -14,7 +14,8 @@ import threading
 
 import pytest
 
-from reprokit.envs import (
+from reprokit.environment.releases import release_env, releases
+from reprokit.environment.uv import (
     BUILDING,
     MARKER,
     EnvSpec,
@@ -24,7 +25,6 @@ from reprokit.envs import (
     uv_error,
 )
 from reprokit.errors import ReprokitError
-from reprokit.releases import release_env, releases
 
 needs_uv = pytest.mark.skipif(
     importlib.util.find_spec("uv") is None and shutil.which("uv") is None,
@@ -174,7 +174,7 @@ def test_a_killed_builds_uv_still_running_is_waited_for():
 
 BUILD = """
 import sys
-from reprokit.envs import EnvSpec, env_python
+from reprokit.environment.uv import EnvSpec, env_python
 print(env_python(EnvSpec("six", ("six==1.17.0",)), announce=lambda line: print(line)))
 """
 

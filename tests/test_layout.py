@@ -75,12 +75,55 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_circles():
     graph = import_graph()
     records = [name for name in graph if name.startswith("reprokit.records")]
-    bottom = ("reprokit.records", "reprokit.pause")  # the test points: stdlib only, no imports
-    assert graph["reprokit.pause"] == set()
+    bottom = ("reprokit.records", "reprokit.infra.pause")  # pause: stdlib only, no imports
+    assert graph["reprokit.infra.pause"] == set()
     assert len(records) > 1 and all(  # at the bottom: the records import only each other
         target.startswith(bottom) for name in records for target in graph[name]
     )
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+# From the bottom up: a module imports only its own layer and those below it. The facade
+# (reprokit/__init__.py) re-exports the pipeline and the tools; the adapters sit on top.
+LAYERS = (
+    ("reprokit.errors", "reprokit.records", "reprokit.infra"),
+    ("reprokit.environment",),
+    ("reprokit.generate", "reprokit.comparison", "reprokit.runner", "reprokit.reports"),
+    ("reprokit.tools",),
+    ("reprokit",),
+    ("reprokit.cli", "reprokit.plugin", "reprokit.__main__"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The layer of a module: that of the longest package prefix LAYERS names."""
+    best = max(
+        (prefix for layer in LAYERS for prefix in layer
+         if module == prefix or module.startswith(prefix + ".")),
+        key=len,
+    )  # fmt: skip
+    return next(i for i, layer in enumerate(LAYERS) if best in layer)
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{name} (layer {layer_of(name)}) imports {target} (layer {layer_of(target)})"
+        for name, targets in graph.items() for target in targets
+        if layer_of(target) > layer_of(name)
+    )  # fmt: skip
+
+
+def test_layers_import_downwards():
+    graph = import_graph()
+    assert all(name == "reprokit" or layer_of(name) != 4 for name in graph)  # all placed
+    assert layer_violations(graph) == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"reprokit.runner.stage": {"reprokit.tools.minimize"}, "reprokit.tools.wrap": set()}
+    assert layer_violations(graph) == [
+        "reprokit.runner.stage (layer 2) imports reprokit.tools.minimize (layer 3)"
+    ]
 
 
 def test_the_cycle_finder_finds_one():

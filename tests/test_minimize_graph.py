@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.capturing import command
-from reprokit.graph_minimize.search import Target
 from reprokit.records import MinimizeResult, Outcome, StageResult, Status, VariantResult
 from reprokit.records.run import GraphShrink, Step
+from reprokit.tools.capture import command
+from reprokit.tools.minimize.graph.search import Target
 
 MODELS = Path(__file__).parent / "data" / "minimize_graph" / "models.py"
 

@@ -29,9 +29,9 @@ from reliability_hostile import hostile_render, hostile_run
 
 import reprokit.runner.scheduler as run_module
 from reprokit.generate.variants import load_variants
-from reprokit.pause import POINTS
+from reprokit.infra.pause import POINTS
+from reprokit.infra.redact import MARKER, is_secret_name, redact_text
 from reprokit.records import read_summary
-from reprokit.redact import MARKER, is_secret_name, redact_text
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted, run
 

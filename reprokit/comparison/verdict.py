@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reprokit.caching import cache_root, content_digest
-from reprokit.env import versions
+from reprokit.environment.machine import versions
 from reprokit.errors import ReprokitError
+from reprokit.infra.caching import cache_root, content_digest
+from reprokit.infra.torch_import import import_module
 from reprokit.records import (
     Comparison,
     Outcome,
@@ -29,7 +30,6 @@ from reprokit.records import (
     first_divergence,
     write_json,
 )
-from reprokit.torch_import import import_module
 
 if TYPE_CHECKING:
     from reprokit.generate.variants import Variant

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reprokit.envs import EnvSpec, parse_env
+from reprokit.environment.uv import EnvSpec, parse_env
 from reprokit.errors import ReprokitError
 from reprokit.generate.templates import Template, builtin_dir, did_you_mean, find_template
 from reprokit.records import Outcome

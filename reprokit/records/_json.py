@@ -12,7 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from reprokit.pause import pause
+from reprokit.infra.pause import pause
 
 
 def from_json(cls: type, data: Mapping[str, Any], **convert: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The environment a maintainer asks for first, as reprokit.env captures it."""
+"""The environment a maintainer asks for first, as reprokit.environment.machine captures it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from reprokit.records._json import from_json
 
 @dataclass(frozen=True)
 class Environment:
-    """What a maintainer asks for first (reprokit.env captures it), secrets redacted."""
+    """What a maintainer asks for first (reprokit.environment.machine captures it), secrets
+    redacted."""
 
     python: str = "?"
     platform: str = "?"

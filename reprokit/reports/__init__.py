@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from reprokit.errors import ReprokitError
+from reprokit.infra.redact import redact_text
 from reprokit.records import SUMMARY, RunSummary, read_summary
-from reprokit.redact import redact_text
 from reprokit.reports.bundle import write_bundle
 from reprokit.reports.markdown import BUNDLE, markdown, verdict
 

@@ -10,7 +10,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from reprokit.redact import redact_text
+from reprokit.infra.redact import redact_text
 
 ATTACHMENT_LIMIT = 25 * 1000 * 1000  # GitHub's limit for a file attached to an issue
 _RESERVE = 256 * 1024  # room for the list of left-out files and the zip's directory

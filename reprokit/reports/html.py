@@ -19,8 +19,8 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from reprokit.infra.redact import redact_text
 from reprokit.records import RunSummary, VariantResult
-from reprokit.redact import redact_text
 from reprokit.reports.details import divergence_lines
 from reprokit.reports.markdown import Table, envs_table, machines_table, problems, verdict
 

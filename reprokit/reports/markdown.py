@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reprokit.infra.redact import redact_text
 from reprokit.records import MinimizeResult, Outcome, RunSummary, VariantResult
-from reprokit.redact import redact_text
 from reprokit.reports.bundle import ATTACHMENT_LIMIT
 from reprokit.reports.details import cell, collapsed, fenced, variant_section
 

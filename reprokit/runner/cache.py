@@ -33,9 +33,9 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
-from reprokit.caching import cache_root, content_digest
-from reprokit.env import versions
+from reprokit.environment.machine import versions
 from reprokit.errors import ReprokitWarning
+from reprokit.infra.caching import cache_root, content_digest
 from reprokit.records import Stage, StageResult, Status, write_json
 from reprokit.runner import backends
 from reprokit.runner.options import Options

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
-from reprokit.pause import pause
+from reprokit.infra.pause import pause
 from reprokit.records import Status
 from reprokit.runner import signals
 from reprokit.runner.watchdog import WATCHDOG

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.errors import ReprokitError
+from reprokit.infra.redact import is_secret_name, secret_values
 from reprokit.records import Stage, StageResult, Status
-from reprokit.redact import is_secret_name, secret_values
 from reprokit.runner import signals
 from reprokit.runner.cache import STEERING
 from reprokit.runner.options import Options

@@ -30,12 +30,14 @@ from typing import Any, Protocol
 import filelock
 
 from reprokit.comparison.verdict import verdict
-from reprokit.env import capture as capture_env
-from reprokit.envs import env_python
+from reprokit.environment.machine import capture as capture_env
+from reprokit.environment.uv import env_python
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
-from reprokit.pause import pause
+from reprokit.infra.pause import pause
+from reprokit.infra.redact import redact_text
+from reprokit.infra.torch_import import import_module
 from reprokit.records import (
     Environment,
     RunSummary,
@@ -45,7 +47,6 @@ from reprokit.records import (
     VariantResult,
     write_summary,
 )
-from reprokit.redact import redact_text
 from reprokit.runner import backends, signals
 from reprokit.runner.cache import CachingExecutor
 from reprokit.runner.dag import blocked, needed
@@ -57,7 +58,6 @@ from reprokit.runner.stage import (
     with_devices,
 )
 from reprokit.runner.warm import make_executor
-from reprokit.torch_import import import_module
 
 
 class Interrupted(Exception):

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reprokit.errors import ReprokitWarning
-from reprokit.pause import pause
+from reprokit.infra.pause import pause
+from reprokit.infra.redact import redact_file, secret_values
 from reprokit.records import Stage, StageResult, Status
-from reprokit.redact import redact_file, secret_values
 from reprokit.runner import backends
 from reprokit.runner.dag import parse_stages, read_stages
 from reprokit.runner.options import Options

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from reprokit.comparison.tensors import compare_tensors
+from reprokit.infra.redact import MARKER, redact_text
 from reprokit.records import (
     Environment,
     Outcome,
@@ -26,7 +27,6 @@ from reprokit.records import (
     first_divergence,
     write_summary,
 )
-from reprokit.redact import MARKER, redact_text
 from reprokit.reports import write_reports
 from reprokit.reports.markdown import GITHUB_BODY_LIMIT
 

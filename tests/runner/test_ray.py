@@ -29,8 +29,8 @@ from test_scheduler import EXPECTED, LOG_CAP, faulty, gone
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import render
 from reprokit.generate.variants import load_variants
+from reprokit.infra.redact import MARKER
 from reprokit.records import Outcome, Stage, StageResult, Status, read_summary
-from reprokit.redact import MARKER
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 from reprokit.runner.stage import StageJob

@@ -2,8 +2,9 @@
 show its outcome (a mismatch at the same kind of operation, or the same failure).
 
 ``minimize_graph`` is ``reprokit minimize`` for such a case: the graph search of
-:mod:`~reprokit.graph_minimize.search`, then the parameter search of :mod:`reprokit.minimize`
-on the minimal program. It writes, into the output folder, ``minimal.pt2``, ``minimal.toml``
+:mod:`~reprokit.tools.minimize.graph.search`, then the parameter search of
+:mod:`reprokit.tools.minimize.params` on the minimal program. It writes, into the output folder,
+``minimal.pt2``, ``minimal.toml``
 (the case on the minimal program), the standalone ``repro.py`` (and ``inputs.pt`` when its
 inputs are too large to print), and a summary.json that ``reprokit report`` reads, with the
 search's record (:class:`~reprokit.records.run.GraphShrink` in ``run.minimized.graph``).
@@ -20,14 +21,14 @@ from pathlib import Path
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
-from reprokit.graph_minimize import program, script
-from reprokit.graph_minimize.program import State
-from reprokit.graph_minimize.search import GraphSearch, ParamSearch, Target, shrink_graph
-from reprokit.minimize import BudgetSpent, Cache, case_toml, kept, shrink
 from reprokit.records import Change, MinimizeResult, Outcome, write_summary
 from reprokit.records.run import GraphShrink, Step
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted
+from reprokit.tools.minimize.graph import program, script
+from reprokit.tools.minimize.graph.program import State
+from reprokit.tools.minimize.graph.search import GraphSearch, ParamSearch, Target, shrink_graph
+from reprokit.tools.minimize.params import BudgetSpent, Cache, case_toml, kept, shrink
 
 TEMPLATE = "exported_program"
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprokit.environment.releases import release_env
 from reprokit.generate.variants import load_variants
 from reprokit.records import RunSummary, write_json
-from reprokit.releases import release_env
 from reprokit.reports import write_reports
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run

@@ -8,7 +8,7 @@ block produced in one recorded CPU run; inputs nothing reads are never part of a
 Every candidate is a ``.pt2`` named after its content, run as an ordinary variant of the case
 (``reprokit.runner.scheduler.run``: a fresh process per stage, timeouts, crash classification),
 ``jobs`` at a time, and cached by script and environment like the parameter minimizer's
-candidates. Then the parameters shrink as ``reprokit.minimize`` shrinks them.
+candidates. Then the parameters shrink as ``reprokit.tools.minimize.params`` shrinks them.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import reprokit.graph_minimize.program as program
+import reprokit.tools.minimize.graph.program as program
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
-from reprokit.graph_minimize.program import Original, State
-from reprokit.minimize import BudgetSpent, Cache, Search, run_batch
 from reprokit.records import Outcome, VariantResult
 from reprokit.runner.options import Options
+from reprokit.tools.minimize.graph.program import Original, State
+from reprokit.tools.minimize.params import BudgetSpent, Cache, Search, run_batch
 
 _NODE = re.compile(r"node\.(\d+)\.\w+")
 SIMILAR = 0.6  # how close a candidate's error message must be to the original's (difflib)

@@ -16,12 +16,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import reprokit.graph_minimize.program as program
+import reprokit.tools.minimize.graph.program as program
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import environment
 from reprokit.generate.templates import template_dirs
 from reprokit.generate.variants import Variant
-from reprokit.graph_minimize.program import Original, State
+from reprokit.tools.minimize.graph.program import Original, State
 
 TEMPLATE = "_graph_repro.py.j2"
 LITERAL_LIMIT = 256  # elements of one input printed into the script ("a few hundred")

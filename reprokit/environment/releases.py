@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from reprokit.envs import EnvSpec
+from reprokit.environment.uv import EnvSpec
 from reprokit.errors import ReprokitError
 
 RELEASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")

@@ -29,12 +29,12 @@ from typing import Any
 
 import tomli_w
 
-from reprokit.caching import cache_root
-from reprokit.env import capture as capture_env
-from reprokit.env import versions
+from reprokit.environment.machine import capture as capture_env
+from reprokit.environment.machine import versions
 from reprokit.generate.render import render
 from reprokit.generate.templates import Param
 from reprokit.generate.variants import Variant
+from reprokit.infra.caching import cache_root
 from reprokit.records import (
     Change,
     MinimizeResult,

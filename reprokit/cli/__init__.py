@@ -16,21 +16,21 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 import reprokit
-from reprokit import graph_minimize
-from reprokit.bisect import bisect, describe
-from reprokit.envs import env_python, parse_env
+from reprokit.environment.releases import releases as release_list
+from reprokit.environment.uv import env_python, parse_env
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.cases import find_cases, load_case
 from reprokit.generate.templates import did_you_mean, list_templates
 from reprokit.generate.variants import Variant, parse_sets, variants
-from reprokit.merge import merge
-from reprokit.minimize import minimize
 from reprokit.records import Comparison, DiffSummary
-from reprokit.releases import releases as release_list
 from reprokit.reports.markdown import verdict
 from reprokit.runner import backends, progress, signals
 from reprokit.runner.keywords import select
 from reprokit.runner.options import TIMEOUT, Options, default_run_dir, jobs
+from reprokit.tools.bisect import bisect, describe
+from reprokit.tools.merge import merge
+from reprokit.tools.minimize import graph as graph_minimize
+from reprokit.tools.minimize.params import minimize
 
 app = typer.Typer(
     add_completion=False,
@@ -230,7 +230,9 @@ def env_(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """The environment a maintainer asks for, secrets redacted."""
-    from reprokit import env  # collect_env imports torch: only for this command
+    from reprokit.environment import (
+        machine as env,  # collect_env imports torch: only for this command
+    )
 
     captured = env.capture()
     if as_json:
@@ -528,7 +530,7 @@ def capture_(
 ) -> None:
     """Your own model: export it with torch.export into NAME.pt2 and a case, NAME.toml, that
     runs every operation on CPU and XLA and judges XLA against float64."""
-    from reprokit.capturing import command  # torch: only for this command
+    from reprokit.tools.capture import command  # torch: only for this command
 
     case = command(
         spec, name=name, out_dir=output, state_dict=state_dict, random_inputs=random_inputs
@@ -552,7 +554,7 @@ def wrap_(
 ) -> None:
     """Your own script under torch_xla's debug settings, as one stage of a run that
     `reprokit report` turns into an issue; the exit code is the script's."""
-    from reprokit.runner.wrap import exit_code, wrap
+    from reprokit.tools.wrap import exit_code, wrap
 
     options = Options(timeout=timeout, xla_device=backends.xla_device(xla_device),
                       dump_hlo=dump_hlo)  # fmt: skip

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reprokit.capturing import INPUTS, check_program
 from reprokit.errors import ReprokitError
+from reprokit.tools.capture import INPUTS, check_program
 
 if TYPE_CHECKING:
     import torch

@@ -37,8 +37,8 @@ from filelock import FileLock, Timeout
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from reprokit.caching import cache_root
 from reprokit.errors import ReprokitError
+from reprokit.infra.caching import cache_root
 
 MARKER = "reprokit-env.json"
 BUILDING = ".building"

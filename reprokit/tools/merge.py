@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reprokit.comparison.verdict import verdict
-from reprokit.envs import EnvSpec
+from reprokit.environment.uv import EnvSpec
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import find_cases, load_case
 from reprokit.generate.variants import Variant

@@ -21,10 +21,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from reprokit.caching import cache_root
+from reprokit.infra.caching import cache_root
+from reprokit.infra.redact import redact_env
+from reprokit.infra.torch_import import import_module
 from reprokit.records import Environment, write_json
-from reprokit.redact import redact_env
-from reprokit.torch_import import import_module
 
 PACKAGES = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib", "numpy")
 XLA_VARIABLES = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|CPU_NUM_DEVICES$|XRT_|LIBTPU_)")

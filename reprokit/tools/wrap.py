@@ -21,10 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from reprokit.env import capture as capture_env
+from reprokit.environment.machine import capture as capture_env
 from reprokit.errors import ReprokitError
+from reprokit.infra.redact import redact_text
 from reprokit.records import Outcome, RunSummary, Status, VariantResult, write_summary
-from reprokit.redact import redact_text
 from reprokit.runner import backends
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import now

@@ -1,0 +1,1 @@
+"""The tools built on the pipeline: capture, minimize, merge, bisect, wrap."""

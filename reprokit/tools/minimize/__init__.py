@@ -1,0 +1,1 @@
+"""Minimization: the smallest variant (params) or program (graph) that keeps an outcome."""
