@@ -199,13 +199,28 @@ def test_bad_factory_is_a_clear_error(tmp_path, spec, expected):
     assert not list(tmp_path.iterdir())
 
 
-def test_model_export_cannot_capture_quotes_its_reason(tmp_path):
+def test_data_dependent_control_flow_is_refused_in_one_line_at_the_users_line(tmp_path, capfd):
     with pytest.raises(ReprokitError) as error:
         command(f"{MODELS}:data_dependent", out_dir=tmp_path)
-    text = str(error.value)
-    assert "torch.export cannot capture Branchy" in text and "data-dependent" in text.lower()
-    assert "strict=False" in error.value.hint
+    assert Path(error.value.path).resolve() == MODELS and error.value.line == 58
+    message = error.value.message
+    assert message.startswith("torch.export cannot capture Branchy: control flow depends on")
+    assert "`if x.sum() > 0:`" in message and "\n" not in message
+    assert "torch.where" in error.value.hint
+    printed = capfd.readouterr()
+    assert "def forward" not in printed.err + printed.out  # torch's partial graph, not shown
+    assert "Unable to find user code" not in printed.err
     assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_a_shape_that_depends_on_values_is_refused_at_the_users_line(tmp_path):
+    with pytest.raises(ReprokitError) as error:
+        command(f"{MODELS}:value_dependent_shape", out_dir=tmp_path)
+    assert Path(error.value.path).resolve() == MODELS and error.value.line == 70
+    text = str(error.value)
+    assert "depends on tensor values (`return x[x > 0] * 2`)" in text
+    assert "sympy" not in text and ".pt2" not in text  # no jargon, no temporary path
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_program_that_draws_random_numbers_is_warned_about(recwarn):

@@ -62,5 +62,15 @@ def data_dependent():
     return Branchy(), (torch.randn(3),)
 
 
+def value_dependent_shape():
+    """A model whose output's shape depends on its input's values (boolean indexing)."""
+
+    class Positives(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[x > 0] * 2
+
+    return Positives(), (torch.randn(8),)
+
+
 def broken():
     raise ValueError("the factory itself fails")
