@@ -105,7 +105,9 @@ class RayExecutor:
         if self.shared:
             self.shared.bring_back(job, there.folder, {s.name for s in dag})
         if isinstance(answer, StageResult):  # the task did not answer: lost, or cancelled
-            answer = replace(answer, name=stage.name, backend=stage.backend, started=STARTED)
+            lost = answer.status is Status.CRASH  # under the stage; cancelled: perhaps unstarted
+            started = STARTED if lost else None
+            answer = replace(answer, name=stage.name, backend=stage.backend, started=started)
             return replace(last_words(answer, job.folder), error=answer.error)  # Ray's word
         data, made, node = answer
         if made is not None:
