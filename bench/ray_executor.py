@@ -33,11 +33,11 @@ from pathlib import Path
 from reprokit.generate.variants import Variant, load_variants
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Stage, StageResult
+from reprokit.runner.executors import make_executor
 from reprokit.runner.keywords import select
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 from reprokit.runner.stage import Executor, StageJob
-from reprokit.runner.warm import make_executor
 
 SEED = "xser_to_spmd"
 
@@ -47,6 +47,7 @@ class Timed:
 
     def __init__(self, inner: Executor) -> None:
         self.inner = inner
+        self.capabilities = inner.capabilities  # what the scheduler leaves to the inner one
         self.overheads: list[float] = []
         self.lock = threading.Lock()
 

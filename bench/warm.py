@@ -49,8 +49,7 @@ def starts(out: Path) -> dict[str, int]:
     counted: dict[str, int] = {}
     for variant in json.loads((out / "summary.json").read_text())["variants"]:
         for stage in variant["stages"]:
-            reason = stage.get("reason") or ""
-            why = next((p for p in reason.split("; ") if p.startswith("cold start")), "warm")
+            why = stage.get("started") or "not started"
             counted[why] = counted.get(why, 0) + 1
     return counted
 

@@ -87,6 +87,7 @@ class StageResult:
     reused: str | None = None  # the run folder whose result the results cache gave instead
     versions: dict[str, str | None] | None = None  # torch, torch_xla as the stage imported them
     host: str | None = None  # the machine it ran on, when not this one (a Ray node)
+    started: str | None = None  # "warm" (forked) or "cold: why"; None: never started, or older
 
     @property
     def failed(self) -> bool:

@@ -39,7 +39,7 @@ from reprokit.infra.caching import cache_root, content_digest
 from reprokit.records import Stage, StageResult, Status, write_json
 from reprokit.runner import backends
 from reprokit.runner.options import Options
-from reprokit.runner.stage import Executor, StageJob
+from reprokit.runner.stage import Executor, StageJob, capabilities_of
 
 # What in a stage's environment can change its result: XLA, PJRT, TPU, torch, CUDA, threads.
 STEERING = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|LIBTPU|CPU_NUM_DEVICES$|TORCH|CUDA|NCCL_|OMP_|"
@@ -53,14 +53,12 @@ class CachingExecutor:
 
     def __init__(self, inner: Executor, options: Options, run_dir: Path) -> None:
         self.inner, self.options, self.run_dir = inner, options, run_dir
+        self.capabilities = capabilities_of(inner)  # it runs nothing itself: the inner's
         self.folder = cache_root() / "results"
-        self.stage_names: dict[Path, set[str]] = {}  # each variant folder's stages, as listed
         self.warned: set[Path] = set()
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
-        listed, stages = self.inner.list_stages(folder, stop)
-        self.stage_names[folder] = {stage.name for stage in stages}
-        return listed, stages
+        return self.inner.list_stages(folder, stop)
 
     def close(self) -> None:
         self.inner.close()
@@ -70,7 +68,7 @@ class CachingExecutor:
         if (reused := self._get(key, job)) is not None:
             return reused
         result = self.inner.run_stage(job, stop)
-        if _keeps(result) and not self._writes_elsewhere(job.folder):
+        if _keeps(result) and not self._writes_elsewhere(job):
             self._put(key, job, result)
         return result
 
@@ -89,11 +87,12 @@ class CachingExecutor:
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
-    def _writes_elsewhere(self, folder: Path) -> bool:
+    def _writes_elsewhere(self, job: StageJob) -> bool:
         """Whether the variant's stages wrote in ``stages/`` beside their own folders (warned
         once per variant)."""
-        names, stages = self.stage_names.get(folder), folder / "stages"
-        if names is None or not stages.is_dir():  # listed elsewhere: nothing to tell them by
+        folder, names = job.folder, {stage.name for stage in job.dag}
+        stages = folder / "stages"
+        if not names or not stages.is_dir():  # its DAG not given: nothing to tell them by
             return False
         stray = sorted(p.name for p in stages.iterdir() if p.name not in names)
         if stray and folder not in self.warned:

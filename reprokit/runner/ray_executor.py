@@ -44,7 +44,7 @@ from reprokit.records import Stage, StageResult, Status
 from reprokit.runner import signals
 from reprokit.runner.cache import STEERING
 from reprokit.runner.options import Options
-from reprokit.runner.stage import LocalExecutor, StageJob, last_words
+from reprokit.runner.stage import Capabilities, LocalExecutor, StageJob, cold, last_words
 from reprokit.runner.stage_files import Shared, inputs, made_files, pack, snapshot, unpack
 
 INSTALL = "pip install 'reprokit[ray]'"
@@ -57,13 +57,19 @@ NODE_OWN = re.compile(r"VISIBLE|^TPU_")
 # What Ray sets in every task (OMP_NUM_THREADS=1 for a task of one CPU): a stage gets the
 # driver's value, or none, as it would here (torch's default threads, the results cache's key).
 RAY_SETS = ("OMP_NUM_THREADS",)
+STARTED = cold("a Ray task starts its stage in a fresh Python")  # every stage's record
 WORKSPACE = "reprokit-ray-"  # a stage's temporary folder on a node: reprokit-ray-<pid>-<random>
 # Ray errors that mean the worker (or its node) died under the stage: its group was killed.
 LOST = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "OutOfMemoryError")
 
 
 class RayExecutor:
-    """Runs each stage as a Ray task; lists stages here (that runs nothing for a template)."""
+    """Runs each stage as a Ray task; lists stages here (that runs nothing for a template).
+
+    It finds which node has a stage's backend (a stage no node can run is skipped, saying
+    so), and Ray gives each task its own chips: no device is held in turns on the driver."""
+
+    capabilities = Capabilities(local_backends=False, exclusive_devices=False)
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -77,20 +83,17 @@ class RayExecutor:
             options, warm=False, executor="local", ray_address=None, shared_dir=None
         )
         self.shared = Shared(options.shared_dir) if options.shared_dir else None
-        self.dags: dict[Path, list[Stage]] = {}  # each variant's stages, as listed
         self.unpacking = threading.Lock()
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
-        result, stages = self.local.list_stages(folder, stop)
-        self.dags[folder] = stages
-        return result, stages
+        return self.local.list_stages(folder, stop)
 
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
         stage = job.stage
         need, why = self._demand(stage)
         if why is not None:
             return StageResult(stage.name, stage.backend, Status.SKIPPED, reason=why)
-        dag = self.dags.get(job.folder, [])
+        dag = list(job.dag)
         reads = inputs(job, dag)
         if self.shared:
             there, packed = self.shared.send(job, reads), None
@@ -102,14 +105,16 @@ class RayExecutor:
         if self.shared:
             self.shared.bring_back(job, there.folder, {s.name for s in dag})
         if isinstance(answer, StageResult):  # the task did not answer: lost, or cancelled
-            answer = replace(answer, name=stage.name, backend=stage.backend)
+            lost = answer.status is Status.CRASH  # under the stage; cancelled: perhaps unstarted
+            started = STARTED if lost else None
+            answer = replace(answer, name=stage.name, backend=stage.backend, started=started)
             return replace(last_words(answer, job.folder), error=answer.error)  # Ray's word
         data, made, node = answer
         if made is not None:
             with self.unpacking:  # tarfile makes folders racily: two stages' stages/beside/
                 shutil.rmtree(job.folder / "stages" / stage.name, ignore_errors=True)
                 unpack(made, job.folder)
-        return replace(StageResult.from_json(data), host=node)
+        return replace(StageResult.from_json(data), host=node, started=STARTED)
 
     def close(self) -> None:
         """Remove the shared mirror; disconnect from Ray if this executor connected (a local

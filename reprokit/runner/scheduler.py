@@ -1,9 +1,11 @@
 """The runner: every variant's stages in fresh processes, in DAG order, many at once.
 
-``run`` renders each variant into ``RUN_DIR/<label>/repro.py``, asks the script for its stage
-DAG (``--list-stages``: the protocol is all it relies on), runs each stage as
-``python repro.py --stage S`` with its backend's environment, compares the tensors of every
-stage that names a reference, and writes summary.json as each variant finishes.
+``run`` prepares each variant (prepare.py: its script in ``RUN_DIR/<label>/repro.py``), asks
+the executor for its stage DAG (``--list-stages``: the protocol is all it relies on), plans it
+(plan.py: ``--stages``, backends missing here), has the executor run each stage as
+``python repro.py --stage S`` with its backend's environment, judges every variant (comparing
+the tensors of each stage that names a reference), and tells its reporters: summary.py's
+writes summary.json as each variant finishes.
 
 One thread (the caller's) schedules; a pool of ``jobs`` threads each drives one child process.
 A stage starts as soon as the stages it needs are done and a slot is free, so independent
@@ -16,13 +18,12 @@ SIGHUP stops every child (its whole process group), keeps what finished, and rai
 from __future__ import annotations
 
 import concurrent.futures as cf
-import datetime
 import enum
 import functools
-import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,34 +31,22 @@ from typing import Any, Protocol
 import filelock
 
 from reprokit.comparison.verdict import verdict
-from reprokit.environment.machine import capture as capture_env
-from reprokit.environment.uv import env_python
-from reprokit.errors import ReprokitError
-from reprokit.generate.render import render
+from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.variants import Variant
 from reprokit.infra.pause import pause
 from reprokit.infra.redact import redact_text
 from reprokit.infra.torch_import import import_module
-from reprokit.records import (
-    Environment,
-    RunSummary,
-    Stage,
-    StageResult,
-    Status,
-    VariantResult,
-    write_summary,
-)
+from reprokit.records import RunSummary, Stage, StageResult, Status, VariantResult
 from reprokit.runner import backends, signals
 from reprokit.runner.cache import CachingExecutor
-from reprokit.runner.dag import blocked, needed
+from reprokit.runner.dag import blocked
+from reprokit.runner.executors import make_executor
 from reprokit.runner.options import Options
-from reprokit.runner.stage import (
-    Executor,
-    StageJob,
-    StagesUnlisted,
-    with_devices,
-)
-from reprokit.runner.warm import make_executor
+from reprokit.runner.plan import plan
+from reprokit.runner.prepare import Prepared, prepare
+from reprokit.runner.stage import Executor, StageJob, StagesUnlisted, capabilities_of
+from reprokit.runner.summary import SummaryWriter
+from reprokit.runner.summary import now as now  # where tools/wrap.py has it from
 
 
 class Interrupted(Exception):
@@ -92,6 +81,26 @@ def run(
     """
     options = options or Options()
     run_dir = Path(run_dir).absolute()  # a stage forked by a warm server starts in "/"
+    lock = _lock(run_dir)
+    made = None  # the executor made here, whose warm servers end with the run
+    try:
+        unique = {v.label: v for v in variants}  # a case named twice runs once
+        prepared = [prepare(variant, run_dir, options) for variant in unique.values()]
+        argv = tuple(redact_text(arg) for arg in argv)  # a --set may carry a token
+        executor = executor or (made := make_executor(options))
+        if options.cache:
+            executor = CachingExecutor(executor, options, run_dir)
+        summary = SummaryWriter(run_dir, unique, argv, options)
+        reporters = [summary, *([reporter] if reporter else [])]
+        return _drive(_Scheduler(prepared, options, executor, reporters), summary)
+    finally:
+        if made is not None:
+            made.close()
+        lock.release()
+
+
+def _lock(run_dir: Path) -> filelock.BaseFileLock:
+    """The run folder, held by this run alone."""
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(run_dir / ".reprokit.lock")
     try:
@@ -102,25 +111,28 @@ def run(
             run_dir,
             hint="Wait for it to finish, or give this run its own folder with -o RUN_DIR.",
         ) from None
-    warm = None  # the executor made here, whose warm servers end with the run
+    return lock
+
+
+def _drive(scheduler: _Scheduler, summary: SummaryWriter) -> RunSummary:
+    """The run from its first summary.json to its last (which waits for the environment's
+    capture); a signal meanwhile stops every child, keeps what finished and raises
+    :class:`Interrupted`."""
     try:
-        unique = {v.label: v for v in variants}  # a case named twice runs once
-        states = [_prepare(i, v, run_dir, options) for i, v in enumerate(unique.values())]
-        argv = tuple(redact_text(arg) for arg in argv)  # a --set may carry a token
-        executor = executor or (warm := make_executor(options))
-        if options.cache:
-            executor = CachingExecutor(executor, options, run_dir)
-        summary = _Summary(run_dir, argv, options)
-        return _Scheduler(states, options, executor, summary, reporter).run()
+        with signals.raising():  # until the last write: the wait for the environment too
+            summary.write()
+            scheduler.run()
+            found = summary.write(wait_env=True)
+            pause("run-done")
+            return found
+    except KeyboardInterrupt:
+        scheduler._abandon()
+        raise Interrupted(summary.write(interrupted=True)) from None
+    except BaseException:
+        scheduler._abandon()
+        raise
     finally:
-        if warm is not None:
-            warm.close()
-        lock.release()
-
-
-def now() -> str:
-    """The time, as summary.json writes it."""
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        scheduler.pool.shutdown(wait=True)
 
 
 class Phase(enum.Enum):
@@ -136,16 +148,22 @@ class Phase(enum.Enum):
 class _State:
     """One variant while it runs; changed by the scheduling thread only."""
 
-    index: int
-    variant: Variant
-    folder: Path
+    index: int  # its place among the run's variants
+    prepared: Prepared
     phase: Phase = Phase.PENDING
     stages: list[Stage] = field(default_factory=list)
     results: dict[str, StageResult] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)
     start: float = 0.0
     reason: str | None = None  # when its stage list could not be had
-    python: str | None = None  # its environment's interpreter (--env); None: the run's
+
+    @property
+    def variant(self) -> Variant:
+        return self.prepared.variant
+
+    @property
+    def folder(self) -> Path:
+        return self.prepared.folder
 
     @property
     def ended(self) -> bool:
@@ -165,6 +183,12 @@ class _State:
             and all(n in done and done[n].status is Status.OK for n in stage.needs)
         ]
 
+    def job(self, stage: Stage) -> StageJob:
+        """What the executor needs to run ``stage``: the variant's whole DAG too."""
+        prepared = self.prepared
+        timeout = prepared.variant.case.timeout
+        return StageJob(prepared.folder, stage, timeout, prepared.python, tuple(self.stages))
+
     def verdict(self, options: Options) -> VariantResult:
         seconds = time.monotonic() - self.start
         found = verdict(
@@ -181,102 +205,41 @@ class _State:
         return found
 
 
-def _prepare(index: int, variant: Variant, run_dir: Path, options: Options) -> _State:
-    """Render the script into its folder, with the files the case brings beside it, clearing
-    what an earlier run left there; its environment built, unless cached already."""
-    script = render(variant, templates=options.templates)
-    python = str(env_python(variant.env)) if variant.env else None
-    folder = run_dir / variant.label
-    shutil.rmtree(folder / "stages", ignore_errors=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "repro.py").write_text(script, encoding="utf-8")
-    variant.copy_files(folder)
-    return _State(index, variant, folder, python=python)
+@dataclass(frozen=True)
+class _Listed:
+    """A variant's stage DAG, and why each backend the executor cannot run here is missing."""
 
-
-class _Summary:
-    """summary.json as variants finish: the finished ones in order, the environment."""
-
-    def __init__(self, run_dir: Path, argv: tuple[str, ...], options: Options) -> None:
-        self.run_dir, self.cached = run_dir, options.cache
-        self.finished: dict[int, VariantResult] = {}
-        self.serialized: dict[int, dict[str, Any]] = {}  # each variant's JSON, made once
-        env = capture_env(quick=True)
-        self.summary = RunSummary(now(), argv=argv, env=env, xla_device=options.xla_device)
-        # The full capture (torch.utils.collect_env) takes seconds: it runs beside the stages
-        # and replaces the short one once done. No XLA probe: it could hold a TPU a stage needs.
-        # A daemon thread: an interrupted run exits at once, not when collect_env is done.
-        self.capture: cf.Future[Environment] = cf.Future()
-        threading.Thread(target=self._capture, daemon=True, name="reprokit-env").start()
-
-    def _capture(self) -> None:
-        try:
-            self.capture.set_result(capture_env(probe_xla=False, cached=self.cached))
-        except BaseException as exc:  # kept, and the short capture stays in summary.json
-            self.capture.set_exception(exc)
-
-    def add(self, index: int, result: VariantResult) -> None:
-        self.finished[index], self.serialized[index] = result, result.to_json()
-        self.write()
-
-    def write(self, *, interrupted: bool = False, wait_env: bool = False) -> RunSummary:
-        if wait_env:
-            pause("waiting-env")
-            cf.wait([self.capture])
-        changes: dict[str, Any] = {"finished": now(), "interrupted": interrupted}
-        if self.capture.done() and self.capture.exception() is None:
-            changes["env"] = self.capture.result()
-        order = sorted(self.finished)
-        self.summary = self.summary.with_variants((self.finished[i] for i in order), **changes)
-        final = wait_env or interrupted  # indented for people: once, at the end
-        variants = [self.serialized[i] for i in order]
-        write_summary(self.summary, self.run_dir, variants, compact=not final)
-        return self.summary
+    stages: list[Stage]
+    unavailable: dict[str, str]
 
 
 class _Scheduler:
     """Hands ready work to a pool of ``jobs`` threads until every variant has a verdict.
 
     Three kinds of work take a slot: listing a variant's stages, running a stage (through
-    the executor), and a verdict (which loads and compares tensors).
+    the executor), and a verdict (which loads and compares tensors). What happens is told to
+    the reporters (summary.json's writer is one).
     """
 
     def __init__(
         self,
-        states: list[_State],
+        prepared: Sequence[Prepared],
         options: Options,
         executor: Executor,
-        summary: _Summary,
-        reporter: Reporter | None,
+        reporters: Sequence[Reporter],
     ) -> None:
-        self.pending = list(states)
+        self.pending = [_State(i, p) for i, p in enumerate(prepared)]
         self.active: list[_State] = []
-        self.options, self.executor, self.summary = options, executor, summary
-        self.reporter = reporter
+        self.options, self.executor, self.reporters = options, executor, tuple(reporters)
+        self.can = capabilities_of(executor)
         self.slots = max(1, options.jobs)
         self.stop = threading.Event()  # tells every child's driver to kill its group
         self.busy: set[str] = set()  # exclusive devices a running stage holds
         self.inflight: dict[cf.Future[Any], Callable[[cf.Future[Any]], None]] = {}
         self.pool = cf.ThreadPoolExecutor(self.slots, thread_name_prefix="reprokit")
 
-    def run(self) -> RunSummary:
-        try:
-            with signals.raising():  # until the last write: the wait for the environment too
-                self.summary.write()
-                self._loop()
-                summary = self.summary.write(wait_env=True)
-                pause("run-done")
-                return summary
-        except KeyboardInterrupt:
-            self._abandon()
-            raise Interrupted(self.summary.write(interrupted=True)) from None
-        except BaseException:
-            self._abandon()
-            raise
-        finally:
-            self.pool.shutdown(wait=True)
-
-    def _loop(self) -> None:
+    def run(self) -> None:
+        """Until every variant has a verdict (the caller abandons the run on an exception)."""
         while True:
             while len(self.inflight) < self.slots and self._submit_next():
                 pass
@@ -328,49 +291,53 @@ class _Scheduler:
         state = self.pending.pop(0)
         state.phase, state.start = Phase.LISTING, time.monotonic()
         self.active.append(state)
-        return self._submit(
-            lambda: self.executor.list_stages(state.folder, self.stop),
-            lambda future: self._listed(state, future),
-        )
+        return self._submit(lambda: self._list(state), lambda f: self._listed(state, f))
 
     def _device(self, stage: Stage) -> str | None:
-        if self.options.executor == "ray":  # Ray gives each task its own chips, node by node
+        """The accelerator the stage holds alone, if its executor gives such turns."""
+        if not self.can.exclusive_devices:  # Ray gives each task its own chips, node by node
             return None
         return backends.exclusive_device(stage.backend, self.options.xla_device)
 
-    def _listed(self, state: _State, future: cf.Future[tuple[StageResult, list[Stage]]]) -> None:
+    def _list(self, state: _State) -> _Listed:
+        """In a worker thread: the variant's stages, and which of their backends are missing
+        here (a probe may take seconds: CUDA), where the executor runs them here."""
+        _, stages = self.executor.list_stages(state.folder, self.stop)
+        kinds = {stage.backend for stage in stages} if self.can.local_backends else set()
+        missing = {kind: why for kind in sorted(kinds) if (why := backends.unavailable(kind))}
+        return _Listed(stages, missing)
+
+    def _listed(self, state: _State, future: cf.Future[_Listed]) -> None:
         state.phase = Phase.RUNNING
         try:
-            _, stages = future.result()
+            listed = future.result()
         except StagesUnlisted as exc:  # the verdict is an error, and says why
             state.reason = str(exc)
             state.stages = [Stage(exc.result.name, "cpu")]
             state.results = {exc.result.name: exc.result}
             return
-        template = state.variant.template.path
-        state.stages = with_devices(stages, state.variant.params, template)
-        if any(stage.reference for stage in stages):
+        variant = state.variant
+        found = plan(
+            listed.stages,
+            asked=self.options.stages,
+            unavailable=listed.unavailable,
+            params=variant.params,
+            template=str(variant.template.path),
+        )
+        for note in found.notes:
+            warnings.warn(note, ReprokitWarning, stacklevel=2)
+        state.stages = list(found.stages)
+        state.results = {skip.stage.name: skip.result() for skip in found.skipped}
+        if found.compares:
             _prewarm_compare()
-        chosen = selected(stages, self.options.stages)
-        unasked = "not in --stages"
-        if not chosen:  # a typo, or a case without those stages: say which it has
-            unasked = f"--stages names none of its stages ({', '.join(s.name for s in stages)})"
-        here = self.options.executor == "local"  # on Ray, the executor skips what no node has
-        for stage in stages:
-            why = unasked if stage.name not in chosen else None
-            if why := why or (here and backends.unavailable(stage.backend)) or None:
-                state.results[stage.name] = StageResult(
-                    stage.name, stage.backend, Status.SKIPPED, reason=why
-                )
-        state.results.update(blocked(state.stages, state.results))
 
     def _start_stage(self, state: _State, stage: Stage) -> bool:
         state.running.add(stage.name)
         device = self._device(stage)
         if device is not None:
             self.busy.add(device)
-        if self.reporter:
-            self.reporter.stage_started(state.variant.label, stage.name)
+        for reporter in self.reporters:
+            reporter.stage_started(state.variant.label, stage.name)
 
         def then(future: cf.Future[StageResult]) -> None:
             result = future.result()
@@ -378,24 +345,16 @@ class _Scheduler:
             self.busy.discard(device or "")
             state.results[stage.name] = result
             state.results.update(blocked(state.stages, state.results))
-            if self.reporter:
-                self.reporter.stage_finished(state.variant.label, result)
+            for reporter in self.reporters:
+                reporter.stage_finished(state.variant.label, result)
 
-        job = StageJob(state.folder, stage, state.variant.case.timeout, state.python)
+        job = state.job(stage)
         return self._submit(lambda: self.executor.run_stage(job, self.stop), then)
 
     def _judged(self, state: _State, result: VariantResult) -> None:
         pause("variant-judged")
-        self.summary.add(state.index, result)
-        if self.reporter:
-            self.reporter.variant_finished(result)
-
-
-def selected(stages: list[Stage], names: Iterable[str]) -> set[str]:
-    """The stages ``--stages NAME,...`` runs: those named and every stage they need, however
-    indirectly; all of them when none is named."""
-    known = [stage.name for stage in stages]
-    return needed(stages, [name for name in names if name in known] if names else known)
+        for reporter in self.reporters:  # summary.json's writer first
+            reporter.variant_finished(result)
 
 
 @functools.cache

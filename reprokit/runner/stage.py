@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import re
 import threading
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from reprokit.errors import ReprokitWarning
 from reprokit.infra.pause import pause
 from reprokit.infra.redact import redact_file, secret_values
 from reprokit.records import Stage, StageResult, Status
@@ -30,19 +28,52 @@ from reprokit.runner.procs import Ended, run_process
 LIST_STAGES = "--list-stages"
 
 
+WARM = "warm"  # StageResult.started of a stage forked from a warm server
+
+
+def cold(why: str) -> str:
+    """StageResult.started of a stage started in a fresh Python, and why it was."""
+    return f"cold: {why}"
+
+
+FRESH = cold("this executor starts every stage in a fresh Python")
+
+
 @dataclass(frozen=True)
 class StageJob:
-    """One stage of one variant: the folder of its script, and the stage."""
+    """One stage of one variant: the folder of its script, the stage, and the variant's DAG."""
 
     folder: Path  # holds repro.py; the stage writes under stages/<name>/
     stage: Stage
     timeout: float | None = None  # the case's own ([case] timeout), else the run's
     python: str | None = None  # the interpreter of the variant's environment; else the run's
+    dag: tuple[Stage, ...] = ()  # every stage of the variant; () when not known
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an executor does about where its stages run, so that the scheduler never asks
+    which executor it has."""
+
+    local_backends: bool = True  # stages run here: a backend missing here skips its stages
+    exclusive_devices: bool = True  # a stage on an accelerator holds it alone: turns on it
+
+
+LOCAL = Capabilities()  # this machine's: LocalExecutor, WarmExecutor
+
+
+def capabilities_of(executor: object) -> Capabilities:
+    """What ``executor`` says it can do; one written before executors said so runs here."""
+    found = getattr(executor, "capabilities", LOCAL)
+    return found if isinstance(found, Capabilities) else LOCAL
 
 
 class Executor(Protocol):
     """Runs one stage to its end, and asks a script for its stages; called from the
-    scheduler's worker threads. ``stop`` set: end the child now (an interrupt)."""
+    scheduler's worker threads. ``stop`` set: end the child now (an interrupt).
+    ``capabilities``: what the scheduler leaves to it (an executor without one is local)."""
+
+    capabilities: Capabilities
 
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult: ...
 
@@ -65,6 +96,8 @@ class StagesUnlisted(Exception):
 
 class LocalExecutor:
     """Stages as child processes on this machine, as nox runs its sessions."""
+
+    capabilities = LOCAL
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -100,7 +133,7 @@ class LocalExecutor:
         :class:`StagesUnlisted` says why there is none."""
         read = read_stages((folder / "repro.py").read_text("utf-8", "replace"))
         if read is not None:
-            return StageResult(LIST_STAGES, "cpu", Status.OK, 0, seconds=0.0), _probed(read)
+            return StageResult(LIST_STAGES, "cpu", Status.OK, 0, seconds=0.0), read
         env = backends.stage_env("cpu", self.options.xla_device)
         result = self.spawn(self._script([LIST_STAGES]), folder, LIST_STAGES, "cpu", env, stop)
         if result.status is not Status.OK:
@@ -112,7 +145,7 @@ class LocalExecutor:
         except ValueError as exc:
             failed = replace(result, status=Status.ERROR)
             raise StagesUnlisted(failed, f"{LIST_STAGES} gave no stage DAG: {exc}") from None
-        return result, _probed(stages)
+        return result, stages
 
     def close(self) -> None:
         """Nothing to end: each child ended with its stage."""
@@ -143,7 +176,7 @@ class LocalExecutor:
         ended, started = self.start(how, stop)
         for log in logs:
             redact_file(log, self.secrets)
-        notes = [started] if started else []
+        notes = []
         if ended.status is Status.TIMEOUT:
             notes.append(f"killed after {limit} s")
         if ended.cut:
@@ -156,14 +189,16 @@ class LocalExecutor:
             ended.signal,
             ended.seconds,
             "; ".join(notes) or None,
+            started=started,
         )
 
-    def start(self, how: Launch, stop: threading.Event) -> tuple[Ended, str | None]:
-        """Start the child and drive it to its end; with a note on how it started, if any.
+    def start(self, how: Launch, stop: threading.Event) -> tuple[Ended, str]:
+        """Start the child and drive it to its end; how it started (:data:`WARM`, or
+        :func:`cold` and why), as its record says.
 
         Here a fresh process; :class:`reprokit.runner.warm.WarmExecutor` forks it from a
         server that has imported torch already."""
-        return run_process(
+        ended = run_process(
             how.command,
             stdout=how.logs[0],
             stderr=how.logs[1],
@@ -173,7 +208,8 @@ class LocalExecutor:
             stop=stop,
             log_cap=self.options.log_cap,
             grace=self.options.grace,
-        ), None
+        )
+        return ended, FRESH
 
 
 @dataclass(frozen=True)
@@ -187,14 +223,6 @@ class Launch:
     cwd: Path
     logs: list[Path]  # stdout.log, stderr.log
     timeout: float
-
-
-def _probed(stages: list[Stage]) -> list[Stage]:
-    """Whether each backend is here: a probe may take seconds (CUDA), so in a worker thread
-    rather than in the scheduler."""
-    for stage in stages:
-        backends.unavailable(stage.backend)
-    return stages
 
 
 def log_path(folder: Path, stage: str, stream: str = "stderr") -> Path:
@@ -255,24 +283,3 @@ def _result_fields(data: dict[str, Any]) -> dict[str, Any]:
     tensors (``"tensors": {name: {"op": ..., "source": ...}}``), what torch_xla saw."""
     found = {key: data.get(name) for key, name in FIELDS.items()}
     return {k: v for k, v in found.items() if isinstance(v, dict)}
-
-
-def with_devices(stages: list[Stage], params: dict[str, Any], template: Path) -> list[Stage]:
-    """Stages with their device counts; an SPMD stage of an older template that names none
-    gets its ``spmd_devices`` parameter, with a warning saying what to change."""
-    legacy = params.get("spmd_devices")
-    if not isinstance(legacy, int):
-        return stages
-    found = []
-    for stage in stages:
-        if stage.backend == "xla_spmd" and stage.devices is None:
-            warnings.warn(
-                f'{template}: stage {stage.name!r} gives no "devices"; reprokit read the '
-                f'spmd_devices parameter ({legacy}). Add "devices": SPMD_DEVICES to the '
-                "stage in STAGES: reading a parameter by its name is going away.",
-                ReprokitWarning,
-                stacklevel=2,
-            )
-            stage = replace(stage, devices=legacy)
-        found.append(stage)
-    return found

@@ -19,8 +19,9 @@ XLA_FLAGS aborts only at the first device use, XLA_SAVE_TENSORS_FILE still gets 
 redoes that on its own XLA_FLAGS.) A cpu stage is forked from a server without torch_xla: its
 import patches torch (dynamo config, clip_grad_norm_), which a cold cpu stage never sees.
 
-Cold instead, said in the stage's record: xla_multicore (xmp.spawn starts its own processes),
-CUDA and XLA on TPU/GPU (not verified here), a server that could not start or died too often.
+Each stage's record says how it started: ``started: "warm"`` when forked, else ``"cold: why"``:
+--cold, xla_multicore (xmp.spawn starts its own processes), CUDA and XLA on TPU/GPU (not
+verified here), a server that could not start or died too often.
 A server dying during a stage costs that stage a cold re-run, never its result.
 """
 
@@ -47,7 +48,7 @@ from reprokit.runner import signals
 from reprokit.runner.dag import parse_python
 from reprokit.runner.options import Options
 from reprokit.runner.procs import Ended, supervise
-from reprokit.runner.stage import LIST_STAGES, Executor, Launch, LocalExecutor
+from reprokit.runner.stage import LIST_STAGES, WARM, Launch, LocalExecutor, cold
 from reprokit.runner.watchdog import WATCHDOG
 
 SERVER = Path(__file__).with_name("warm_server.py")
@@ -55,6 +56,7 @@ RUNTIME_READ = frozenset(
     {"CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_SAVE_TENSORS_FMT", "XLA_SAVE_TENSORS_FILE"}
 )
 WARM_BACKENDS = ("cpu", "xla", "xla_spmd")
+COLD_ASKED = "--cold"  # the why of a stage when the run asked for no warm start
 MAX_SERVERS = 4  # distinct environments in one run; more start cold
 MAX_DEATHS = 2  # a server that died this often is not started again: cold starts
 READY = 600.0  # seconds a server may take to import (a loaded machine, a slow disk)
@@ -63,16 +65,6 @@ ANSWER = 60.0  # seconds the server may take to fork, or to reap a killed child
 
 class ServerLost(Exception):
     """The server is gone (killed, crashed) or refused: the stage starts cold."""
-
-
-def make_executor(options: Options) -> Executor:
-    """The executor of ``reprokit run``: on a Ray cluster, or here, warm unless
-    ``options.warm`` is off. Its ``close()`` ends what it started."""
-    if options.executor == "ray":  # imported only here: Ray is an optional extra
-        from reprokit.runner.ray_executor import RayExecutor
-
-        return RayExecutor(options)
-    return WarmExecutor(options)
 
 
 @dataclass(frozen=True)
@@ -95,16 +87,18 @@ class WarmExecutor(LocalExecutor):
         self._deaths: dict[_Key, int] = {}
         self._refused: dict[_Key, str] = {}  # why a server did not start: not tried again
 
-    def start(self, how: Launch, stop: threading.Event) -> tuple[Ended, str | None]:
-        if not self.options.warm or how.name == LIST_STAGES:
+    def start(self, how: Launch, stop: threading.Event) -> tuple[Ended, str]:
+        if how.name == LIST_STAGES:  # not a stage: no server for it
             return super().start(how, stop)
+        if not self.options.warm:
+            return self._cold(how, stop, COLD_ASKED)
         why = _cold_because(how, self.options.xla_device)
         server = None
         if why is None:
             key = _Key(how.command[0], _preload(how), _key_env(how.env))
             server, why = self._server(key, stop)
         if server is None:
-            return self._cold(how, stop, why)
+            return self._cold(how, stop, why or "no warm server")
         try:
             child, pipes, begun = server.fork(how)
         except ServerLost as exc:
@@ -112,10 +106,10 @@ class WarmExecutor(LocalExecutor):
             return self._cold(how, stop, f"the warm server failed ({exc})")
         ended = supervise(child, pipes, *how.logs, begun, how.timeout, stop, *self._limits())
         if not child.lost:
-            return ended, None
+            return ended, WARM
         self._died(server)
         if stop.is_set():
-            return replace(ended, status=Status.INTERRUPTED), None
+            return replace(ended, status=Status.INTERRUPTED), WARM
         _clear_outputs(how.logs[0].parent, how.logs)
         return self._cold(how, stop, "the warm server died during the stage: re-run cold")
 
@@ -129,9 +123,9 @@ class WarmExecutor(LocalExecutor):
     def _limits(self) -> tuple[float, float]:
         return self.options.log_cap, self.options.grace
 
-    def _cold(self, how: Launch, stop: threading.Event, why: str | None) -> tuple[Ended, str]:
+    def _cold(self, how: Launch, stop: threading.Event, why: str) -> tuple[Ended, str]:
         ended, _ = super().start(how, stop)
-        return ended, f"cold start: {why}"
+        return ended, cold(why)
 
     def _server(self, key: _Key, stop: threading.Event) -> tuple[_Server | None, str | None]:
         """The running server for ``key``, started if need be (one thread starts it, the

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,11 @@ import pytest
 import reprokit.runner.cache as cache_module
 from reprokit.errors import ReprokitWarning
 from reprokit.generate.variants import load_variants
+from reprokit.records import Stage, StageResult, Status
+from reprokit.runner.cache import CachingExecutor
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
+from reprokit.runner.stage import LOCAL, StageJob
 
 TEMPLATES = Path(__file__).parents[1] / "data" / "cache"
 
@@ -117,6 +121,39 @@ def test_stages_writing_beside_their_folders_are_not_kept(counted, results_cache
     with pytest.warns(ReprokitWarning, match=said):
         reused, ran = counted(mode="elsewhere")
     assert ran == {"first": 2, "second": 2} and reused == {"first": None, "second": None}
+
+
+class Stray:
+    """An executor whose one stage writes beside its own folder: stages/first and stages/x."""
+
+    capabilities = LOCAL
+
+    def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
+        for name in (job.stage.name, "x"):
+            (job.folder / "stages" / name).mkdir(parents=True, exist_ok=True)
+            (job.folder / "stages" / name / "out.txt").write_text("made")
+        return StageResult(job.stage.name, "cpu", Status.OK, 0)
+
+    def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list]:
+        raise AssertionError("the cache knows the variant's stages from the job")
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_cache_tells_stray_folders_by_the_dag_the_job_carries(tmp_path, results_cache):
+    """No listing on the same executor needed: the job says which folders are stages'."""
+    caching = CachingExecutor(Stray(), Options(), tmp_path)
+    assert caching.capabilities is LOCAL  # the inner's
+    first = Stage("first", "cpu")
+    (tmp_path / "repro.py").write_text("")
+    job = StageJob(tmp_path, first, dag=(first, Stage("x", "cpu")))
+    caching.run_stage(job, threading.Event())  # stages/x is a stage's: kept
+    assert len(list((results_cache / "results").glob("*/record.json"))) == 1
+    shutil.rmtree(results_cache / "results")
+    with pytest.warns(ReprokitWarning, match=r"wrote stages/x, outside their own folders"):
+        caching.run_stage(StageJob(tmp_path, first, dag=(first,)), threading.Event())
+    assert not list((results_cache / "results").glob("*/record.json"))
 
 
 def _forget(cache: Path, stage: str) -> None:

@@ -31,10 +31,10 @@ from reprokit.generate.render import render
 from reprokit.generate.variants import load_variants
 from reprokit.infra.redact import MARKER
 from reprokit.records import Outcome, Stage, StageResult, Status, read_summary
+from reprokit.runner.executors import make_executor
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 from reprokit.runner.stage import StageJob
-from reprokit.runner.warm import make_executor
 
 NODES = Path(__file__).parents[1] / "data/ray/templates"
 WORKER_SECRET = "worker-only-value-5eb1c0de"  # in the nodes' environment, not in ours
@@ -263,6 +263,7 @@ def test_the_stage_gets_our_interpreter_threads_niceness_and_xla_settings(
     finally:
         executor.close()
     assert result.status is Status.OK, result
+    assert result.started == "cold: a Ray task starts its stage in a fresh Python"
     assert result.metrics["python"] == str(python)
     assert result.metrics["XLA_FLAGS"] == "--xla_dump_to=/nowhere"
     assert result.metrics["OMP_NUM_THREADS"] == ""  # as here: torch's own number of threads

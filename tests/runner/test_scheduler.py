@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -20,11 +21,13 @@ import pytest
 
 from reprokit.errors import ReprokitError
 from reprokit.generate.variants import load_variants
-from reprokit.records import Outcome, Status, read_summary
+from reprokit.records import Outcome, StageResult, Status, read_summary
+from reprokit.runner import backends
 from reprokit.runner.dag import parse_stages
 from reprokit.runner.keywords import matches, select
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
+from reprokit.runner.stage import LOCAL, Capabilities, LocalExecutor, StageJob
 
 DATA = Path(__file__).parents[1] / "data"
 CASES, TEMPLATES = DATA / "cases", DATA / "templates"
@@ -349,3 +352,61 @@ def test_a_case_sets_its_own_stage_timeout(tmp_path):
     assert second.status is Status.TIMEOUT
     assert second.reason == "killed after [case] timeout 1 s"
     assert second.seconds < 30  # not the run's 600 s
+
+
+class Finder:
+    """An executor that, as Ray's does, finds each backend and gives each stage its own chips;
+    it runs nothing, and notes what it was given and how many stages it held at once."""
+
+    capabilities = Capabilities(local_backends=False, exclusive_devices=False)
+
+    def __init__(self, together: int) -> None:
+        self.barrier = threading.Barrier(together, timeout=60)  # `together` stages at once
+        self.lister = LocalExecutor(Options())  # reads the STAGES literal: runs nothing
+        self.jobs: list[StageJob] = []
+        self.lock = threading.Lock()
+        self.holding = self.most = 0
+
+    def list_stages(self, folder: Path, stop: threading.Event):
+        return self.lister.list_stages(folder, stop)
+
+    def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
+        with self.lock:
+            self.jobs.append(job)
+            self.holding += 1
+            self.most = max(self.most, self.holding)
+        self.barrier.wait()
+        with self.lock:
+            self.holding -= 1
+        return StageResult(job.stage.name, job.stage.backend, Status.OK, 0, started="warm")
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_scheduler_leaves_backends_and_devices_to_an_executor_that_finds_them(tmp_path):
+    template = tmp_path / "templates/anywhere.py.j2"
+    template.parent.mkdir()
+    template.write_text(
+        'STAGES = [{"name": "gpu", "backend": "cuda"}, {"name": "tpu0", "backend": "xla"},\n'
+        '          {"name": "tpu1", "backend": "xla"}]\n'
+    )
+    case = tmp_path / "anywhere.toml"
+    case.write_text('[case]\ntitle = "t"\ntemplate = "anywhere"\n')
+    variants = load_variants([str(case)], templates=[template.parent])
+    options = Options(jobs=3, xla_device="TPU", cache=False, templates=(template.parent,))
+    finder = Finder(together=3)
+    run(variants, run_dir=tmp_path / "found", options=options, executor=finder)
+    assert sorted(job.stage.name for job in finder.jobs) == ["gpu", "tpu0", "tpu1"]
+    assert finder.most == 3  # no turns on the TPU: the executor gives each its own chips
+    assert {tuple(s.name for s in job.dag) for job in finder.jobs} == {("gpu", "tpu0", "tpu1")}
+
+    here = Finder(together=1)
+    here.capabilities = LOCAL  # stages on this machine: a TPU in turns, CUDA only if here
+    summary = run(variants, run_dir=tmp_path / "here", options=options, executor=here)
+    assert here.most == 1
+    gpu = next(s for s in summary.variants[0].stages if s.name == "gpu")
+    missing = backends.unavailable("cuda")
+    if missing:
+        assert gpu.status is Status.SKIPPED and gpu.reason == missing
+        assert sorted(job.stage.name for job in here.jobs) == ["tpu0", "tpu1"]

@@ -60,8 +60,9 @@ def test_each_fault_ends_warm_as_it_ends_cold_and_leaves_no_process(tmp_path):
     assert statuses["exit3"] == (Status.ERROR, 3, None)
     assert statuses["segfault"] == (Status.CRASH, -11, "SIGSEGV")
     assert statuses["hang"][0] is statuses["grandchild"][0] is Status.TIMEOUT
-    stages = [s for v in summaries["warm"].variants for s in v.stages]
-    assert all("cold start" not in (s.reason or "") for s in stages)  # every one was forked
+    for way, started in (("warm", {"warm"}), ("cold", {"cold: --cold"})):
+        stages = [s for v in summaries[way].variants for s in v.stages]
+        assert {s.started for s in stages} == started  # warm: every one was forked
 
 
 def server_pids() -> list[int]:
@@ -97,8 +98,9 @@ def test_a_server_killed_mid_run_loses_no_result(tmp_path):
     (variant,) = done[0].variants
     assert killed and variant.outcome.value == "match"
     assert all(stage.status is Status.OK for stage in variant.stages)
-    reasons = [stage.reason or "" for stage in variant.stages]
-    assert any("died during the stage: re-run cold" in reason for reason in reasons), reasons
+    starts = sorted(stage.started or "" for stage in variant.stages)
+    died = "cold: the warm server died during the stage: re-run cold"
+    assert died in starts and set(starts) == {died, "warm"}, starts  # then a new server
     assert orphans(pids, tmp_path / "run") == []
 
 
@@ -110,6 +112,7 @@ def test_cold_starts_no_server(tmp_path, monkeypatch):
     variants = faults(tmp_path, "cold", "")
     summary = run(variants, run_dir=tmp_path / "run", options=Options(warm=False, cache=False))
     assert summary.variants[0].outcome.value == "match"
+    assert {stage.started for stage in summary.variants[0].stages} == {"cold: --cold"}
 
 
 def test_a_server_that_cannot_start_means_cold_starts_that_say_why(tmp_path):
@@ -121,8 +124,8 @@ def test_a_server_that_cannot_start_means_cold_starts_that_say_why(tmp_path):
     summary = run(faults(tmp_path, "broken", ""), run_dir=tmp_path / "run", options=options)
     (variant,) = summary.variants
     assert variant.outcome.value == "match"
-    reasons = [stage.reason or "" for stage in variant.stages]
-    assert all("cold start: the warm server did not start (exit 7" in r for r in reasons), reasons
+    starts = [stage.started or "" for stage in variant.stages]
+    assert all(s.startswith("cold: the warm server did not start (exit 7") for s in starts), starts
 
 
 def test_only_multicore_and_unverified_devices_are_kept_from_the_fork():
@@ -152,9 +155,10 @@ def test_the_library_gives_the_same_outcomes_and_tensors_warm_and_cold(tmp_path)
     for path in files:
         twin = tmp_path / "warm" / path.relative_to(tmp_path / "cold")
         assert _tensors(twin) == _tensors(path), path
-    stages = [st for v in summaries["warm"].variants for st in v.stages]
-    cold = [st.backend for st in stages if "cold start" in (st.reason or "")]
-    assert set(cold) == {"xla_multicore"} and len(cold) < len(stages)  # the rest were forked
+    ran = [st for v in summaries["warm"].variants for st in v.stages if st.started]
+    cold = [st.backend for st in ran if st.started.startswith("cold: ")]
+    assert set(cold) == {"xla_multicore"} and len(cold) < len(ran)
+    assert all(st.started == "warm" for st in ran if st.backend != "xla_multicore")
 
 
 def _devices(summary) -> dict[tuple[str, str], int | None]:
@@ -179,5 +183,5 @@ def test_a_run_folder_given_relative_works_warm(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = cli("run", "module_forward", "-k", "mlp", "-o", "runs/relative")
     assert result.exit_code == 0, result.output
-    (variant,) = read_summary(tmp_path / "runs" / "relative").variants
-    assert all("cold start" not in (stage.reason or "") for stage in variant.stages)
+    (variant,) = read_summary(tmp_path / "runs" / "relative").variants  # through the JSON
+    assert variant.stages and all(stage.started == "warm" for stage in variant.stages)

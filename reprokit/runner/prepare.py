@@ -1,0 +1,38 @@
+"""A variant made ready to run: its script rendered into its folder, its files, its Python.
+
+Done for every variant before anything runs, so that bad input (a template that does not
+render, requirements uv cannot meet) stops the run before its first stage.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from reprokit.environment.uv import env_python
+from reprokit.generate.render import render
+from reprokit.generate.variants import Variant
+from reprokit.runner.options import Options
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A variant whose folder holds its script (repro.py) and the files its case brings."""
+
+    variant: Variant
+    folder: Path  # RUN_DIR/<label>
+    python: str | None = None  # its environment's interpreter (--env); None: the run's
+
+
+def prepare(variant: Variant, run_dir: Path, options: Options) -> Prepared:
+    """Render the script into ``run_dir/<label>``, with the files the case brings beside it,
+    clearing the stages an earlier run left there; its environment built, unless cached."""
+    script = render(variant, templates=options.templates)
+    python = str(env_python(variant.env)) if variant.env else None
+    folder = run_dir / variant.label
+    shutil.rmtree(folder / "stages", ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "repro.py").write_text(script, encoding="utf-8")
+    variant.copy_files(folder)
+    return Prepared(variant, folder, python)
