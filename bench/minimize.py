@@ -17,30 +17,23 @@ from pathlib import Path
 
 from reprokit.generate.variants import load_variants
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.params import (
-    Cache,
-    Observation,
-    Search,
-    bisect_param,
-    minimize,
-    simplest,
-)
+from reprokit.tools.minimize.cache import Cache
+from reprokit.tools.minimize.params import Params, bisect_param, minimize, param_search, simplest
+from reprokit.tools.minimize.search import Runner, Search
 
 DATA = Path(__file__).parents[1] / "tests" / "data" / "minimize"
 SETS = {"layers": 8, "width": 512, "steps": 20, "inject_layer": 3}
 
 
-def one_at_a_time(search: Search) -> None:
+def one_at_a_time(search: Search[Params], declared: dict) -> None:
     """The brute-force way: each parameter alone, to its simplest value or bisected."""
-    for name, param in search.variant.template.params.items():
+    for name, param in declared.items():
         value = simplest(param)
         if value is None or search.best[name] == value:
             continue
-        (result,) = search.try_all([{**search.best, name: value}])
-        if search.keeps(result):
-            search.accept({**search.best, name: value}, result)
-        elif param.type in ("int", "float"):
-            bisect_param(search, name, param)
+        if search.first("parameters", [{**search.best, name: value}]) is None:
+            if param.type in ("int", "float"):
+                bisect_param(search, name, param)
 
 
 def main() -> None:
@@ -72,19 +65,17 @@ def main() -> None:
                     after,
                 )
             )
-        search = Search(variant, Options(jobs=1, cache=False), tmp / "naive", 100, Cache(tmp / "c"))
+        runner = Runner(Options(jobs=1, cache=False), tmp / "naive", 100, Cache(tmp / "c"))
         start = time.monotonic()
-        (baseline,) = search.try_all([dict(variant.params)])
-        search.target = Observation.of(baseline)
-        search.accept(dict(variant.params), baseline)
-        one_at_a_time(search)
+        search = param_search(variant, runner)
+        one_at_a_time(search, variant.template.params)
         after = {k: v for k, v in search.best.items() if variant.params[k] != v}
         rows.append(
             (
                 "one parameter at a time",
                 1,
-                search.runs,
-                search.hits,
+                runner.runs,
+                runner.hits,
                 time.monotonic() - start,
                 after,
             )

@@ -21,8 +21,8 @@ import torch
 from reprokit.generate.variants import load_variants
 from reprokit.runner.options import Options
 from reprokit.tools.capture import command
+from reprokit.tools.minimize.cache import Cache
 from reprokit.tools.minimize.graph import minimize_graph
-from reprokit.tools.minimize.params import Cache
 
 MODELS = Path(__file__).parents[1] / "tests" / "data" / "minimize_graph" / "models.py"
 INJECTED = "layers.3.linear2"  # layer 4 of 6

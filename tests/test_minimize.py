@@ -4,12 +4,16 @@ cache hold."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import shutil
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from reprokit.records import read_summary
 
 DATA = Path(__file__).parent / "data" / "minimize"
 
@@ -76,3 +80,42 @@ def test_budget_stops_with_the_best_so_far(cli, tmp_path):
     assert report["candidates"] == 3
     assert report["stopped"] == "budget"
     assert (tmp_path / "m" / "minimal.toml").is_file() and (tmp_path / "m" / "repro.py").is_file()
+
+
+needs_uv = pytest.mark.skipif(
+    importlib.util.find_spec("uv") is None and shutil.which("uv") is None,
+    reason="uv is not installed (pip install 'reprokit[envs]')",
+)
+SIX = ("six", "six==1.17.0")  # the smallest real environment: built in a second or so
+
+
+def in_env_case(tmp_path: Path, name: str, *, env: bool) -> Path:
+    """A case of in_env.py.j2, in an environment with `six` (the target then aborts on deep
+    models) or in reprokit's own python (the target then raises: no `six`)."""
+    text = '[case]\ntitle = "where it runs"\ntemplate = "in_env"\n'
+    text += f'\n[envs]\n{SIX[0]} = "{SIX[1]}"\n' if env else ""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@needs_uv
+def test_a_case_with_an_environment_is_minimized_in_it_and_cached_apart(cli, tmp_path):
+    out = tmp_path / "m"
+    result = cli("minimize", in_env_case(tmp_path, "six", env=True), "--templates", DATA,
+                 "-o", out)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "summary.json").read_text())["run"]["minimized"]
+    assert report["target"] == "crash (target)"  # the environment's python has six
+    assert minimal_params(out) == {"layers": 3}
+    minimal = tomllib.loads((out / "minimal.toml").read_text())
+    assert minimal["envs"] == {SIX[0]: [SIX[1]]}  # the minimal case runs where it was found
+    (kept,) = read_summary(out).variants
+    assert kept.env == {"name": SIX[0], "requirements": [SIX[1]]} and kept.label == "six@six"
+    # the same script in reprokit's own python is another candidate, not a cache hit
+    mine = tmp_path / "mine"
+    again = cli("minimize", in_env_case(tmp_path, "six", env=False), "--templates", DATA,
+                "-o", mine)  # fmt: skip
+    assert again.exit_code == 0, again.output
+    report = json.loads((mine / "summary.json").read_text())["run"]["minimized"]
+    assert report["target"] == "error (target)" and report["candidates"] >= 1

@@ -18,7 +18,7 @@ import pytest
 from reprokit.records import MinimizeResult, Outcome, StageResult, Status, VariantResult
 from reprokit.records.run import GraphShrink, Step
 from reprokit.tools.capture import command
-from reprokit.tools.minimize.graph.search import Target
+from reprokit.tools.minimize.target import Target
 
 MODELS = Path(__file__).parent / "data" / "minimize_graph" / "models.py"
 
@@ -120,7 +120,8 @@ def stage_failed(error: str) -> VariantResult:
 
 
 def test_a_failure_is_kept_only_with_a_close_message():
-    target = Target.of(stage_failed("RuntimeError: Type not supported: Float8_e5m2fnuz at 12"))
+    said = "RuntimeError: Type not supported: Float8_e5m2fnuz at 12"
+    target = Target.of(stage_failed(said), with_message=True)
     assert target.kept_by(stage_failed("RuntimeError: Type not supported: Float8_e5m2fnuz at 3"))
     assert not target.kept_by(stage_failed("SystemExit: perturb_node 'x' is none of a, b"))
     assert not target.kept_by(None)

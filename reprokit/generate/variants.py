@@ -11,8 +11,8 @@ import itertools
 import re
 import shutil
 import tomllib
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from reprokit.environment.uv import EnvSpec
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Case, find_cases, load_case
 from reprokit.generate.templates import Template
+from reprokit.records import VariantResult
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,13 @@ class Variant:
     @property
     def template(self) -> Template:
         return self.case.template
+
+    def with_params(self, params: Mapping[str, Any], *, name: str | None = None) -> Variant:
+        """A variant of its own with every parameter given (a minimizer's candidate, a
+        minimal case): no matrix, and no choice or ``--set`` to label it (they would name
+        values it may no longer have); its environment kept, ``name`` its case's if given."""
+        case = replace(self.case, name=name or self.case.name, matrix={}, include=(), exclude=())
+        return Variant(case, dict(params), env=self.env)
 
     @property
     def label(self) -> str:
@@ -95,6 +103,17 @@ class Variant:
         return {
             k: v for k, v in self.script_params().items() if k not in defaults or defaults[k] != v
         }
+
+
+def variant_of(result: VariantResult, case: Case) -> Variant:
+    """The variant a recorded result ran, again, from its case: its parameters, the matrix
+    values among them, and its environment (``VariantResult.env``). What ``--set`` changed
+    is among the parameters, but is not told apart: the result's own label says it."""
+    params = dict(result.variant)
+    choice = {k: params[k] for k in case.matrix if k in params}
+    env = result.env
+    spec = EnvSpec(env["name"], tuple(env["requirements"])) if env else None
+    return Variant(case, params, choice, env=spec)
 
 
 def _shown(value: Any) -> str:

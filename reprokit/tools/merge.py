@@ -17,10 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reprokit.comparison.verdict import verdict
-from reprokit.environment.uv import EnvSpec
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import find_cases, load_case
-from reprokit.generate.variants import Variant
+from reprokit.generate.variants import Variant, variant_of
 from reprokit.records import (
     Machine,
     RunSummary,
@@ -176,7 +175,4 @@ def _variant(recorded: VariantResult, cases: list[Path], templates: list[Path]) 
             f"the case {recorded.case!r} of the merged runs is not here: {exc.message}",
             hint="Point at it with --cases DIR.",
         ) from None
-    case = load_case(path, templates=templates)
-    env = recorded.env
-    spec = EnvSpec(env["name"], tuple(env["requirements"])) if env else None
-    return Variant(case, dict(recorded.variant), env=spec)
+    return variant_of(recorded, load_case(path, templates=templates))

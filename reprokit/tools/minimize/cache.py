@@ -1,0 +1,44 @@
+"""The minimizer's cache: a candidate's result by its script and where it ran, across calls."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from reprokit.environment.machine import versions
+from reprokit.environment.uv import EnvSpec
+from reprokit.infra.caching import cache_root
+from reprokit.records import VariantResult, write_json
+from reprokit.runner.options import Options
+
+
+class Cache:
+    """Variant results by script content and environment, kept across calls."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = Path(folder or cache_root()) / "minimize"
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def key(script: str, options: Options, env: EnvSpec | None = None) -> str:
+        """The script, how it runs, and the interpreter that runs it: the variant's environment
+        (``[envs]``, ``--env``) by its content address, else reprokit's own python."""
+        if env is not None:  # its requirements, for which python, from which index
+            interpreter: object = {"env": env.digest()}
+        else:
+            interpreter = {"python": options.python, "version": sys.version, "packages": versions()}
+        environment = [options.xla_device, options.timeout, interpreter]
+        text = script + json.dumps(environment, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, key: str) -> VariantResult | None:
+        path = self.folder / f"{key}.json"
+        try:
+            return VariantResult.from_json(json.loads(path.read_text("utf-8")))
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def put(self, key: str, result: VariantResult) -> None:
+        write_json(self.folder / f"{key}.json", result.to_json())

@@ -1,0 +1,62 @@
+"""What a candidate must still show for the minimizer to keep it: the :class:`Target`.
+
+"Same outcome" means the same :class:`Outcome`, and for a mismatch the same kind of first
+diverging tensor (its name with the numbers taken out: ``act.#``, ``node.#.layer_norm``), for
+an error, crash or timeout the same failing stage: so that the search does not drift to
+another bug. A captured program's search also asks for a failure message close to the
+original's (numbers taken out, :data:`SIMILAR` by difflib): its candidates are small enough to
+fail in new ways in the same stage.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from reprokit.records import Outcome, VariantResult
+
+SIMILAR = 0.6  # how close a candidate's error message must be to the original's (difflib)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The outcome to keep, its clue (the kind of the first diverging tensor, or the failing
+    stage) and, when asked for, the failure's message."""
+
+    outcome: Outcome
+    clue: str | None
+    message: str = ""  # empty: messages are not compared
+
+    @classmethod
+    def of(cls, result: VariantResult, *, with_message: bool = False) -> Target:
+        """What ``result`` shows; ``with_message``: a failure's message too."""
+        if result.outcome is Outcome.MISMATCH:
+            first = next((t for t in result.first_divergence.values() if t), None)
+            return cls(result.outcome, _numbers_out(first) if first else None)
+        failed = result.failed_stage
+        if failed is None:
+            return cls(result.outcome, None)
+        said = failed.error or failed.signal or failed.status.value
+        return cls(result.outcome, failed.name, _numbers_out(said) if with_message else "")
+
+    def kept_by(self, result: VariantResult | None) -> bool:
+        """Whether ``result`` (None: not run) still shows this."""
+        if result is None:
+            return False
+        found = Target.of(result, with_message=bool(self.message))
+        if (found.outcome, found.clue) != (self.outcome, self.clue):
+            return False
+        ratio = difflib.SequenceMatcher(None, found.message, self.message).ratio()
+        return not self.message or ratio >= SIMILAR
+
+    def describe(self) -> str:
+        """``mismatch (act.#)``, ``error (xla: RuntimeError: ...)``: one line, for the summary
+        and a TOML comment."""
+        message = " ".join(self.message.split())
+        said = f": {message[:117]}..." if len(message) > 120 else f": {message}" if message else ""
+        return f"{self.outcome.value} ({self.clue}{said})" if self.clue else self.outcome.value
+
+
+def _numbers_out(text: str) -> str:
+    return re.sub(r"\d+", "#", text)
