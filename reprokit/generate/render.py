@@ -4,6 +4,11 @@ Every value from a case reaches the script as a Python literal (``repr`` of the 
 value): a string can never become code, whatever it holds. Templates that want plain text
 (a title in a comment) or a name ask for it with the ``comment`` or ``ident`` filter. A
 ``file`` parameter reaches the script as the file's name: the file lies next to the script.
+
+Templates branch and print; what follows from the values is computed here: the filters
+``optimizer_class`` and ``partition_spec`` map a choice to what the script names, and a
+parameter declared ``devices_of = "<mesh>"`` gets the mesh's device count before the template
+runs (refused, naming the case, when the two disagree).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import math
 import re
 import textwrap
+import warnings
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,10 +27,18 @@ from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 from markupsafe import Markup
 
-from reprokit.errors import ReprokitError
+from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.templates import template_dirs
 
 COMMENT_WIDTH = 96  # a wrapped comment line, "# " included, stays within 98 columns
+# the torch.optim class of each `optimizer` choice of the built-in templates
+OPTIMIZER_CLASSES = {"sgd": "SGD", "adam": "Adam"}
+# the PartitionSpec of a 2-D weight on a ("data", "model") mesh, per `weight_sharding` choice
+PARTITION_SPECS: dict[str, tuple[str | None, ...]] = {
+    "replicated": (None, None),
+    "rows": ("model", None),
+    "cols": (None, "model"),
+}
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -56,6 +70,22 @@ def _identifier(value: Any) -> Markup:
     return Markup(value)
 
 
+def _optimizer_class(choice: str) -> Markup:
+    """``sgd`` -> ``SGD``: the torch.optim class an ``optimizer`` choice names."""
+    return _identifier(_lookup(OPTIMIZER_CLASSES, choice, "optimizer"))
+
+
+def _partition_spec(choice: str) -> tuple[str | None, ...]:
+    """``rows`` -> ``("model", None)``: how a ``weight_sharding`` choice shards a 2-D weight."""
+    return _lookup(PARTITION_SPECS, choice, "weight_sharding")
+
+
+def _lookup(table: dict[str, Any], choice: str, name: str) -> Any:
+    if choice not in table:
+        raise Refused(f"{name} {choice!r} is none of {', '.join(table)}")
+    return table[choice]
+
+
 class Refused(Exception):
     """A template refused the case's values (they cannot make a working script)."""
 
@@ -85,8 +115,33 @@ def environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
     )
     env.filters["comment"] = _comment
     env.filters["ident"] = _identifier
-    env.globals["mesh_devices"] = _mesh_devices
+    env.filters["optimizer_class"] = _optimizer_class
+    env.filters["partition_spec"] = _partition_spec
+    env.globals["mesh_devices"] = _mesh_devices  # for templates written before devices_of
     return env
+
+
+def _context(variant: Variant) -> dict[str, Any]:
+    """What the template sees: the parameters (a ``devices_of`` one as its mesh's device
+    count), the case and the comparison."""
+    params = variant.script_params()
+    for param in variant.template.params.values():
+        if param.devices_of:
+            params[param.name] = _mesh_devices(params[param.devices_of], params[param.name])
+    return {**params, "case": variant.case_info(), "compare": variant.compare}
+
+
+def _warn_deprecated(variant: Variant) -> None:
+    """A deprecated parameter the case (or --set) still sets: accepted, ignored, warned of."""
+    declared = variant.template.params
+    for name in {**variant.case.params, **variant.choice, **variant.sets}:
+        if message := declared[name].deprecated:
+            warnings.warn(
+                f"{variant.case.path}: parameter {name} of template {variant.template.name!r} "
+                f"is deprecated and has no effect: {message}",
+                ReprokitWarning,
+                stacklevel=3,
+            )
 
 
 def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
@@ -95,9 +150,10 @@ def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
     # the template's own folder first: a case found with --templates renders without it too
     dirs = dict.fromkeys([template.path.parent, *template_dirs(templates)])
     env = environment(tuple(dirs))
-    context = {**variant.script_params(), "case": variant.case_info(), "compare": variant.compare}
+    _warn_deprecated(variant)
     source = template.path.read_text(encoding="utf-8")
     try:
+        context = _context(variant)
         unset = sorted(meta.find_undeclared_variables(env.parse(source)) - context.keys())
         if unset:
             raise ReprokitError(

@@ -9,7 +9,12 @@ TOML, its declarations, so that a user's template is a single file too::
     layers = {type = "int", default = 2, min = 1, help = "hidden layers of the MLP"}
     seed = {type = "int", default = 0, help = "the seed", minimize = false}
     program = {type = "file", help = "a file the case brings, copied next to the script"}
+    spmd_devices = {type = "int", default = 0, min = 0, devices_of = "mesh_shape", help = "..."}
+    old_knob = {type = "int", default = 0, deprecated = "remove it from the case", help = "..."}
     -#}
+
+``devices_of`` makes a device count follow a mesh (computed and checked when rendering);
+``deprecated`` keeps a parameter that no longer does anything accepted, with a warning.
 
 Reading the declarations needs only the standard library: listing never imports torch.
 """
@@ -61,7 +66,11 @@ class Param:
     default: Any = _REQUIRED
     min: float | None = None
     choices: tuple[Any, ...] | None = None
-    minimize: bool = True  # false: `reprokit minimize` leaves it alone (a seed, a test knob)
+    minimize: bool = True  # false: `reprokit minimize` leaves it alone (a seed, a fault knob)
+    # the list parameter holding a mesh whose device count this parameter is (0: the mesh's)
+    devices_of: str | None = None
+    # why a case should stop setting it (it is accepted, ignored, and warned about)
+    deprecated: str | None = None
 
     @property
     def required(self) -> bool:
@@ -94,6 +103,7 @@ class Param:
         default = "required" if self.required else f"default {self.default!r}"
         extra = f", one of {list(self.choices)}" if self.choices else ""
         extra += f", at least {self.min}" if self.min is not None else ""
+        extra += f", deprecated: {self.deprecated}" if self.deprecated else ""
         return f"{self.type}, {default}{extra}: {self.help}"
 
 
@@ -171,6 +181,14 @@ def load_template(path: Path) -> Template:
             path,
             hint=f"Rename it: {', '.join(sorted(CONTEXT))} are given to every template.",
         )
+    for param in params.values():
+        mesh = params.get(param.devices_of) if param.devices_of else None
+        if param.devices_of and (param.type != "int" or mesh is None or mesh.type != "list"):
+            raise ReprokitError(
+                f"parameter {param.name!r}: devices_of = {param.devices_of!r} is not usable",
+                path,
+                hint="devices_of names a list parameter (the mesh) and belongs on an int one.",
+            )
     return Template(name, path, str(spec.get("title", name)), params)
 
 
@@ -191,7 +209,17 @@ def _param(path: Path, key: str, decl: Any) -> Param:
         decl.get("min"),
         tuple(choices) if choices is not None else None,
         bool(decl.get("minimize", True)),
+        _optional_text(path, key, decl, "devices_of"),
+        _optional_text(path, key, decl, "deprecated"),
     )
     if not param.required and (problem := param.problem(param.default)):
         raise ReprokitError(f"the default of parameter {key!r} {problem}", path)
     return param
+
+
+def _optional_text(path: Path, key: str, decl: dict[str, Any], name: str) -> str | None:
+    """A declaration's optional text key (``devices_of``, ``deprecated``), checked."""
+    value = decl.get(name)
+    if value is not None and not (isinstance(value, str) and value):
+        raise ReprokitError(f"parameter {key!r}: {name} must be a non-empty string", path)
+    return value

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TEST_TEMPLATES
 
 from reprokit.comparison import tensors
 from reprokit.comparison.checkpoints import load_tensors
@@ -117,17 +118,23 @@ def run_stages(script, workdir, *waves: list[str]) -> None:
             assert child.returncode == 0, output[-3000:]
 
 
-def test_capture_activations_finds_the_perturbed_layer(tmp_path):
-    """The seed template with forward hooks on, 1e-3 added to layer 1's output under SPMD:
-    act.0 agrees, act.1 is the first to differ, and the default script has no hooks at all."""
-    sets = {"capture_activations": True, "perturb_layer": 1, "train_steps": 1, "layers": 2}
-    (variant,) = load_variants(["xser_to_spmd"], sets=sets)
-    script = tmp_path / "repro.py"
-    script.write_text(render(variant))
+def ruff_clean(script: Path) -> bool:
     config = Path(__file__).parents[2] / "pyproject.toml"
     ruff = [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", config, script]
-    assert subprocess.run(ruff, capture_output=True).returncode == 0
-    run_stages(script, tmp_path / "w", ["train_multicore"], ["convert", "eval_cpu"], ["eval_spmd"])
+    return subprocess.run(ruff, capture_output=True).returncode == 0
+
+
+def test_capture_activations_finds_the_perturbed_layer(tmp_path):
+    """The seed's evaluation with its layers' outputs captured (the test-owned layer_fault
+    template), 1e-3 added to layer 1's output under SPMD: act.0 agrees, act.1 is the first to
+    differ."""
+    case = tmp_path / "fault.toml"
+    case.write_text('[case]\ntitle = "t"\ntemplate = "layer_fault"\n[params]\nperturb_layer = 1\n')
+    (variant,) = load_variants([str(case)], templates=[TEST_TEMPLATES])
+    script = tmp_path / "repro.py"
+    script.write_text(render(variant, templates=[TEST_TEMPLATES]))
+    assert ruff_clean(script)
+    run_stages(script, tmp_path / "w", ["eval_cpu", "eval_spmd"])
     cpu, spmd = (load_tensors(tmp_path / "w" / s / "tensors.pt") for s in ("eval_cpu", "eval_spmd"))
     comparisons = compare_tensors(cpu, spmd, reference="eval_cpu", target="eval_spmd")
     names = [c.tensor for c in comparisons]
@@ -135,5 +142,16 @@ def test_capture_activations_finds_the_perturbed_layer(tmp_path):
     assert first_divergence(comparisons).tensor == "act.1"
     assert all(c.allclose for c in comparisons[: names.index("act.1")])
     assert "act.1 is the first to differ" in divergence_summary(comparisons)
+
+
+def test_seed_captures_activations_only_when_asked(tmp_path):
+    """The seed template's hooks (layer_fault has a copy, with the fault) are in its
+    script with capture_activations, ruff-clean, and not at all without."""
+    (hooked,) = load_variants(["xser_to_spmd"], sets={"capture_activations": True})
+    script = tmp_path / "repro.py"
+    script.write_text(render(hooked))
+    assert ruff_clean(script)
+    assert "register_forward_hook" in script.read_text()
+    assert "1e-3" not in script.read_text()  # the test-only fault lives in tests/data only
     (plain,) = load_variants(["xser_to_spmd"])
     assert "register_forward_hook" not in render(plain)

@@ -16,6 +16,10 @@ from reprokit.generate.render import render
 from reprokit.generate.variants import load_variants
 
 BUILTIN = load_variants()
+BANNER = (  # where the scenario ends in every script
+    "# ---- the scenario ends here; below, reprokit's stage protocol"
+    " (the same in every script) ----"
+)
 ALLOWED_IMPORTS = {"torch", "torch_xla", "numpy", *sys.stdlib_module_names}
 
 
@@ -43,6 +47,8 @@ def test_builtin_case_renders_standalone_and_ruff_clean(variant, tmp_path):
         text=True,
     )
     assert ruff.returncode == 0, ruff.stdout
+    assert script.count(BANNER) == 1  # where the scenario ends, before the shared protocol
+    assert script.rindex("\nSTAGES = [") < script.index(BANNER) < script.index("def run_stage(")
     stages = subprocess.run(
         [sys.executable, str(path), "--list-stages"], capture_output=True, text=True, check=True
     )
@@ -53,6 +59,12 @@ def test_builtin_case_renders_standalone_and_ruff_clean(variant, tmp_path):
         assert set(stage) <= {"name", "backend", "needs", "reference", "devices", "arbiter"}
         assert ("devices" in stage) == (stage["backend"] == "xla_spmd")  # named, not guessed
         assert set(stage["needs"]) <= set(names[:position])  # listed in DAG order
+
+
+def test_no_builtin_case_sets_a_deprecated_parameter():
+    for variant in BUILTIN:
+        declared = variant.template.params
+        assert not [k for k in {**variant.case.params, **variant.choice} if declared[k].deprecated]
 
 
 def test_seed_script_is_at_most_255_lines():
@@ -126,6 +138,16 @@ def broken_template(tmp_path: Path, body: str) -> Path:
         ("{% if %}\n", "cannot render"),
         ("def broken(:\n", "not valid Python"),
         ('{#- reprokit\n[params]\nn = {type = "int"}\n-#}\n', "badly declared"),
+        (
+            '{#- reprokit\n[params]\nn = {type = "int", default = 0, devices_of = "m", '
+            'help = "h"}\n-#}\n',
+            "devices_of = 'm' is not usable",
+        ),
+        (
+            '{#- reprokit\n[params]\nn = {type = "int", default = 0, deprecated = true, '
+            'help = "h"}\n-#}\n',
+            "deprecated must be a non-empty string",
+        ),
     ],
 )
 def test_broken_template_is_a_clear_error(cli, tmp_path, body, words):
@@ -145,3 +167,62 @@ def test_a_mesh_gives_its_stages_their_device_count_or_is_refused_at_render(cli,
     assert refused.exit_code == 2 and refused.stdout == ""
     assert f"cases/{template}.toml: " in refused.stderr
     assert "mesh_shape [2, 3] takes 6 devices, but spmd_devices is 4" in refused.stderr
+
+
+def test_a_template_of_before_devices_of_still_validates_its_mesh(cli, tmp_path):
+    """Templates copied from the seed before ``devices_of`` call the mesh_devices global."""
+    body = (
+        '{#- reprokit\n[params]\nmesh_shape = {type = "list", default = [2, 2], help = "m"}\n'
+        'spmd_devices = {type = "int", default = 0, min = 0, help = "d"}\n-#}\n'
+        "N = {{ mesh_devices(mesh_shape, spmd_devices) }}\n"
+    )
+    case = broken_template(tmp_path, body)
+    result = cli("render", case, "--templates", tmp_path / "templates")
+    assert result.exit_code == 0 and result.stdout == "N = 4\n", result.output
+    refused = cli("render", case, "--templates", tmp_path / "templates", "--set", "spmd_devices=3")
+    assert refused.exit_code == 2
+    assert "mesh_shape [2, 2] takes 4 devices, but spmd_devices is 3" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("sets", "line"),
+    [
+        ({}, "OPTIMIZER = 0, 4, 0.01, torch.optim.SGD\n"),
+        ({"optimizer": "adam"}, "OPTIMIZER = 0, 4, 0.01, torch.optim.Adam\n"),
+        ({}, "xs.mark_sharding(p, mesh, ('model', None))\n"),
+        ({"weight_sharding": "cols"}, "xs.mark_sharding(p, mesh, (None, 'model'))\n"),
+        ({"weight_sharding": "replicated"}, "xs.mark_sharding(p, mesh, (None, None))\n"),
+    ],
+)
+def test_seed_names_what_its_choices_mean(sets, line):
+    """The optimizer's class and the weights' PartitionSpec come from Python's tables."""
+    (variant,) = load_variants(["xser_to_spmd"], sets=sets)
+    assert line in render(variant)
+
+
+def test_an_unknown_choice_for_a_shared_table_is_refused_naming_the_case(cli, tmp_path):
+    body = (
+        '{#- reprokit\n[params]\noptimizer = {type = "str", default = "rmsprop", help = "o"}\n'
+        "-#}\nOPTIMIZER = torch.optim.{{ optimizer | optimizer_class }}\n"
+    )
+    case = broken_template(tmp_path, body)
+    result = cli("render", case, "--templates", tmp_path / "templates")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{case}: " in result.stderr
+    assert "optimizer 'rmsprop' is none of sgd, adam" in result.stderr
+
+
+def test_a_case_that_sets_the_seeds_old_fault_runs_with_a_warning(cli, tmp_path):
+    """perturb_layer, the test-only fault the seed template carried, moved to the tests
+    (tests/data/templates/layer_fault.py.j2): a case that still sets it renders the script it
+    would without it, and is told what to change."""
+    text = '[case]\ntitle = "t"\ntemplate = "xser_to_spmd"\n[params]\ncapture_activations = true\n'
+    (tmp_path / "new").mkdir()
+    (tmp_path / "old.toml").write_text(text + "perturb_layer = 1\n")
+    (tmp_path / "new" / "old.toml").write_text(text)
+    old, new = cli("render", tmp_path / "old.toml"), cli("render", tmp_path / "new" / "old.toml")
+    assert old.exit_code == 0, old.output
+    assert "perturb_layer" in old.stderr and "deprecated" in old.stderr
+    assert "remove perturb_layer from the case" in old.stderr
+    assert "deprecated" not in new.stderr
+    assert old.stdout == new.stdout  # the fault is gone, nothing else changed
