@@ -23,7 +23,7 @@ from reprokit.generate.cases import find_cases, load_case
 from reprokit.generate.templates import did_you_mean, list_templates
 from reprokit.generate.variants import Variant, parse_sets, variants
 from reprokit.records import Comparison, DiffSummary
-from reprokit.reports.markdown import verdict
+from reprokit.reports import headline
 from reprokit.runner import backends, progress, signals
 from reprokit.runner.keywords import select
 from reprokit.runner.options import TIMEOUT, Options, default_run_dir, jobs
@@ -352,7 +352,7 @@ def report_(
 ) -> None:
     """report.md (issue-ready), report.html (with plots), bundle.zip (to attach)."""
     summary, written = reprokit.report(run_dir, formats=format_, out_dir=output)
-    out.print(verdict(summary), highlight=False)
+    out.print(headline(summary), highlight=False)
     for path in written:
         out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False)
 

@@ -9,10 +9,12 @@ from pathlib import Path
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import SUMMARY, RunSummary, read_summary
+from reprokit.reports.build import build_report, headline
 from reprokit.reports.bundle import write_bundle
-from reprokit.reports.markdown import BUNDLE, markdown, verdict
+from reprokit.reports.markdown import BUNDLE, markdown
 
 FORMATS = ("md", "html", "json", "all")
+__all__ = ["FORMATS", "build_report", "headline", "load", "write_reports"]
 
 
 def load(run_dir: Path) -> RunSummary:
@@ -35,15 +37,16 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     summary = load(run_dir)
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    report = build_report(summary, run_dir)
     written = []
     if formats in ("md", "all"):
-        written.append(_write(out_dir / "report.md", markdown(summary, run_dir)))
+        written.append(_write(out_dir / "report.md", markdown(report)))
     if formats in ("html", "all"):
         from reprokit.reports.html import html  # matplotlib: only when asked for
 
-        written.append(_write(out_dir / "report.html", html(summary, run_dir)))
+        written.append(_write(out_dir / "report.html", html(report)))
     if formats in ("json", "all"):
-        data = {"verdict": verdict(summary), **summary.to_json()}
+        data = {"verdict": report.headline, **summary.to_json()}
         written.append(_write(out_dir / "report.json", redact_text(json.dumps(data, indent=2))))
 
     written.append(write_bundle(run_dir, out_dir / BUNDLE))

@@ -1,4 +1,5 @@
-"""report.html: one self-contained page (no network, no script) with pictures.
+"""report.html: the report model (reprokit.reports.model) as one self-contained page (no
+network, no script) with pictures.
 
 Pictures where people would rather look than read: the loss curves of each backend for
 variants that train, the size of each tensor's difference on a log scale, and stage timings.
@@ -8,23 +9,31 @@ matplotlib draws them as inline SVG, so the page is one file that opens anywhere
 from __future__ import annotations
 
 import io
-import math
 import re
 from html import escape
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from reprokit.infra.redact import redact_text
-from reprokit.records import RunSummary, VariantResult
-from reprokit.reports.details import divergence_lines
-from reprokit.reports.markdown import Table, envs_table, machines_table, problems, verdict
+from reprokit.reports.model import (
+    Cell,
+    DifferenceSizes,
+    ErrorCurves,
+    Evidence,
+    LossCurves,
+    Names,
+    Report,
+    Table,
+    Text,
+    Value,
+)
 
-MAX_FIGURES = 12  # per kind: a page of 500 variants must still open quickly
+MAX_SECTIONS = 12  # variants shown in detail: a page of 500 variants must still open quickly
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.2em .6em}
@@ -34,23 +43,22 @@ code{background:#f4f4f4;padding:0 .2em}
 """
 
 
-def html(summary: RunSummary, run_dir: Path) -> str:
+def html(report: Report) -> str:
     """The whole page as a string; every value escaped, every secret redacted."""
-    body = [f"<h1>reprokit report</h1><p>{_text(verdict(summary))}</p>"]
-    body += _results(summary.variants)
-    for variant in problems(summary)[:MAX_FIGURES]:  # known bugs are evidence too
-        body += _variant(variant)
-    body += _figures("Loss curves per backend", _loss_figures(summary.variants))
-    errors = _error_figures(summary.variants)
-    body += _figures("Error against float64, operation by operation", errors)
-    body += _figures("Size of each tensor's difference", _diff_figures(summary.variants))
-    body += _figures("Stage timings", [_timing_figure(summary.variants)])
-    if summary.machines:  # a merged run: each machine's
-        body += _table("Machines", machines_table(summary))
-    else:
-        body += _table("Environment", (["", ""], [list(row) for row in summary.env.rows()]))
-    if envs := envs_table(summary.variants):
-        body += _table("Environments", envs)
+    body = [f"<h1>reprokit report</h1><p>{_text(report.headline)}</p>"]
+    body += _table(report.results)
+    for shown in report.evidence[:MAX_SECTIONS]:  # known bugs are evidence too
+        body += _evidence(shown)
+    drawn = report.figures
+    body += _figures("Loss curves per backend", [_loss(f) for f in drawn.loss])
+    body += _figures("Error against float64, operation by operation",
+                     [_errors(f) for f in drawn.errors])  # fmt: skip
+    body += _figures("Size of each tensor's difference", [_sizes(f) for f in drawn.differences])
+    body += _figures("Stage timings", [_timings(drawn.timings)] if drawn.timings else [])
+    environment = report.environment
+    body += _table(environment.machines or environment.machine)  # a merged run: each machine's
+    if environment.envs is not None:
+        body += _table(environment.envs)
     page = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         "<title>reprokit report</title>"
@@ -59,61 +67,55 @@ def html(summary: RunSummary, run_dir: Path) -> str:
     return redact_text(page)
 
 
-def _table(title: str, table: Table) -> list[str]:
-    header, rows = table
-    cells = ["".join(f"<th>{escape(h)}</th>" for h in header)] if any(header) else []
-    for key, *values in rows:
-        cells.append(f"<th>{escape(key)}</th>" + "".join(f"<td>{escape(v)}</td>" for v in values))
-    body = "".join(f"<tr>{row}</tr>" for row in cells)
-    return [f"<h2>{title}</h2><table>{body}</table>"]
-
-
-def _results(variants) -> list[str]:
-    rows = []
-    for v in variants:
-        mark = {"pass": ("ok", "yes"), "fail": ("bad", "no"), "skip": ("", "skipped")}[v.mark]
-        rows.append(
-            f"<tr><td><code>{escape(v.label)}</code></td><td>{v.outcome.value}</td>"
-            f"<td>{escape(v.expectation)}</td><td class='{mark[0]}'>{mark[1]}</td>"
-            f"<td class='num'>{v.seconds:.1f}</td></tr>"
-        )
-    head = "<tr><th>variant</th><th>outcome</th><th>expected</th><th>as expected</th><th>s</th>"
-    return [f"<h2>Results</h2><table>{head}</tr>{''.join(rows)}</table>"]
-
-
-def _variant(variant: VariantResult) -> list[str]:
-    lines = [
-        f"<h2><code>{escape(variant.label)}</code>: {variant.outcome.value} "
-        f"(expected {escape(variant.expectation)})</h2>"
-    ]
-    lines += [f"<p>{_text(line)}</p>" for line in divergence_lines(variant) if line]
-    cells = [{k: escape(v) for k, v in c.cells().items()} for c in variant.comparisons
-             if not c.allclose]  # fmt: skip
-    rows = "".join(
-        f"<tr><td><code>{c['tensor']}</code></td><td>{c['stages']}</td>"
-        f"<td class='num'>{c['max_abs']}</td><td class='num'>{c['max_rel']}</td>"
-        f"<td class='num'>{c['mismatched']}</td><td>{c['note']}</td></tr>"
-        for c in cells
-    )
-    if rows:
-        head = "<tr><th>tensor</th><th>stages</th><th>max abs</th><th>max rel</th>"
-        lines.append(f"<table>{head}<th>mismatched</th><th>note</th></tr>{rows}</table>")
+def _evidence(shown: Evidence) -> list[str]:
+    """A variant's heading, where it diverges, and its comparisons."""
+    lines = [f"<h2>{_text(shown.heading)}</h2>"]
+    lines += [f"<p>{_text(line)}</p>" for line in shown.divergence]
+    if shown.comparisons is not None and shown.comparisons.windows:
+        lines += _table(shown.comparisons.windows[0], shown.comparisons.rows(), title=False)
+        lines.append(f"<p>{_text(shown.comparisons.footnote)}</p>")
     return lines
 
 
-def _text(markdown_line: str) -> str:
-    """A line written for report.md, in HTML: escaped, with its `code` spans kept."""
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", escape(markdown_line))
+def _table(found: Table, rows: list | None = None, *, title: bool = True) -> list[str]:
+    """A table: a header row when it has one; a key / value table's first column as headers."""
+    numeric = found.numeric or (False,) * len(found.header)
+    lines = ["".join(f"<th>{escape(h)}</th>" for h in found.header)] if any(found.header) else []
+    for row in found.rows if rows is None else rows:
+        cells = [
+            f"<th>{_value(value)}</th>" if found.keyed and i == 0 else _td(value, numeric[i])
+            for i, value in enumerate(row)
+        ]
+        lines.append("".join(cells))
+    heading = f"<h2>{escape(found.title)}</h2>" if title and found.title else ""
+    return [f"{heading}<table>{''.join(f'<tr>{row}</tr>' for row in lines)}</table>"]
 
 
-def _figures(title: str, figures: list) -> list[str]:
-    figures = [f for f in figures if f is not None]
+def _td(value: Value, numeric: bool) -> str:
+    tone = {"bad": "bad", "good": "ok"}.get(value.tone, "") if isinstance(value, Cell) else ""
+    classes = " ".join(c for c in (tone, "num" if numeric else "") if c)
+    return f"<td class='{classes}'>{_value(value)}</td>" if classes else f"<td>{_value(value)}</td>"
+
+
+def _value(value: Value) -> str:
+    if isinstance(value, Names):
+        return ", ".join(f"<code>{escape(n)}</code>" for n in value.items) or escape(value.empty)
+    return f"<code>{escape(value.text)}</code>" if value.code else escape(value.text)
+
+
+def _text(text: Text) -> str:
+    """A sentence of the model, in HTML: escaped, its `name` and **strong** spans kept."""
+    text = re.sub(r"`([^`]*)`", r"<code>\1</code>", escape(text))
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", text)
+
+
+def _figures(title: str, figures: list[Figure]) -> list[str]:
     if not figures:
         return []
     return [f"<h2>{escape(title)}</h2>", *(f"<figure>{_svg(f)}</figure>" for f in figures)]
 
 
-def _svg(figure) -> str:
+def _svg(figure: Figure) -> str:
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(figure)
@@ -121,80 +123,49 @@ def _svg(figure) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline SVG
 
 
-def _loss_figures(variants) -> list:
-    figures = []
-    for variant in variants:
-        curves = _loss_curves(variant)
-        if curves and len(figures) < MAX_FIGURES:
-            figure, axes = plt.subplots(figsize=(5, 3))
-            for label, values in curves.items():
-                axes.plot(range(1, len(values) + 1), values, marker="o", label=label)
-            axes.set(title=variant.label, xlabel="step", ylabel="loss")
-            axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-            axes.legend(fontsize="small")
-            figures.append(figure)
-    return figures
+def _loss(curves: LossCurves) -> Figure:
+    figure, axes = plt.subplots(figsize=(5, 3))
+    for label, values in curves.series:
+        axes.plot(range(1, len(values) + 1), values, marker="o", label=label)
+    axes.set(title=curves.label, xlabel="step", ylabel="loss")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.legend(fontsize="small")
+    return figure
 
 
-def _loss_curves(variant: VariantResult) -> dict[str, list[float]]:
-    """Every loss series (two or more steps) among the stages' metrics."""
-    return {
-        f"{stage.name} ({stage.backend}): {key}": values
-        for stage in variant.stages
-        for key, values in stage.metrics.items()
-        if "loss" in key and isinstance(values, list) and len(values) > 1
-    }
+def _sizes(sizes: DifferenceSizes) -> Figure:
+    figure, axes = plt.subplots(figsize=(6, 0.5 + 0.22 * len(sizes.bars)))
+    values = [max(size, 1e-30) for _, size, _ in sizes.bars]  # log scale: 0 drawn at 1e-30
+    colours = ["#137333" if close else "#b00020" for *_, close in sizes.bars]
+    axes.barh([tensor for tensor, *_ in sizes.bars], values, color=colours)
+    axes.set_xscale("log")
+    axes.invert_yaxis()  # in the order the stage saved them, first at the top
+    axes.set(title=f"{sizes.label}: max abs difference", xlabel="max |target - reference|")
+    return figure
 
 
-def _diff_figures(variants) -> list:
-    figures = []
-    for variant in [v for v in variants if v.comparisons][:MAX_FIGURES]:
-        shown = [c for c in variant.comparisons if not c.note][:40]
-        if not shown:
-            continue
-        figure, axes = plt.subplots(figsize=(6, 0.5 + 0.22 * len(shown)))
-        values = [max(c.max_abs, 1e-30) for c in shown]  # log scale: 0 drawn at 1e-30
-        colours = ["#137333" if c.allclose else "#b00020" for c in shown]
-        axes.barh([c.tensor for c in shown], values, color=colours)
-        axes.set_xscale("log")
-        axes.invert_yaxis()  # in the order the stage saved them, first at the top
-        axes.set(title=f"{variant.label}: max abs difference", xlabel="max |target - reference|")
-        figures.append(figure)
-    return figures
+def _errors(curves: ErrorCurves) -> Figure:
+    """Both stages' RMSE against float64 on a log scale; the first to differ marked."""
+    figure, axes = plt.subplots(figsize=(7, 3))
+    steps = range(len(curves.tensors))
+    both = (*curves.reference_errors, *curves.target_errors)
+    floor = min([e for e in both if e > 0] or [1.0]) / 10  # exact: just below the smallest
+    for errors, label in ((curves.reference_errors, curves.reference),
+                          (curves.target_errors, curves.target)):  # fmt: skip
+        axes.plot(steps, [max(e, floor) for e in errors], marker=".", label=label)
+    if curves.first_index is not None:
+        axes.axvline(curves.first_index, color="#b00020", linestyle="--",
+                     label=f"first: {curves.first}")  # fmt: skip
+    axes.set_yscale("log")
+    axes.set(title=f"{curves.label}: {curves.target}", xlabel="operation (execution order)",
+             ylabel="RMSE against float64")  # fmt: skip
+    axes.legend(fontsize="small")
+    return figure
 
 
-def _error_figures(variants) -> list:
-    """For the fp64 method: each stage's RMSE against float64 along the program, the
-    reference's and the target's, on a log scale; where the target's starts to grow shows."""
-    figures = []
-    for variant in variants[:MAX_FIGURES]:
-        for target in {c.target for c in variant.comparisons if c.errors is not None}:
-            judged = [c for c in variant.comparisons if c.target == target and c.errors]
-            figure, axes = plt.subplots(figsize=(7, 3))
-            steps = range(len(judged))
-            positive = [e for c in judged for e in c.errors if e > 0] or [1.0]
-            floor = min(positive) / 10  # an exact result drawn just below the smallest error
-            for side, label in ((0, judged[0].reference), (1, target)):
-                errors = [max(c.errors[side], floor) for c in judged]
-                axes.plot(steps, errors, marker=".", label=label)
-            if first := variant.first_divergence.get(target):
-                index = next((i for i, c in enumerate(judged) if c.tensor == first), None)
-                if index is not None:
-                    axes.axvline(index, color="#b00020", linestyle="--", label=f"first: {first}")
-            axes.set_yscale("log")
-            axes.set(title=f"{variant.label}: {target}", xlabel="operation (execution order)",
-                     ylabel="RMSE against float64")  # fmt: skip
-            axes.legend(fontsize="small")
-            figures.append(figure)
-    return figures
-
-
-def _timing_figure(variants):
-    rows = [(f"{v.label} {s.name}", s.seconds) for v in variants[:MAX_FIGURES] for s in v.stages]
-    if not rows:
-        return None
+def _timings(rows: tuple[tuple[str, float], ...]) -> Figure:
     figure, axes = plt.subplots(figsize=(6, 0.5 + 0.22 * len(rows)))
-    axes.barh([r[0] for r in rows], [r[1] if math.isfinite(r[1]) else 0 for r in rows])
+    axes.barh([label for label, _ in rows], [seconds for _, seconds in rows])
     axes.invert_yaxis()
     axes.set(xlabel="seconds", title="Stage wall time")
     return figure

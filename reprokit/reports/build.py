@@ -1,0 +1,248 @@
+"""The report model of a run folder, built once from its summary.json records (and each
+problem's repro.py, which is inlined): what both report.md and report.html say."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from reprokit.records import MinimizeResult, Outcome, RunSummary, VariantResult
+from reprokit.reports.evidence import evidence, plain
+from reprokit.reports.model import (
+    Cell,
+    DifferenceSizes,
+    EnvironmentSection,
+    ErrorCurves,
+    Figures,
+    LossCurves,
+    Minimized,
+    Report,
+    Table,
+    Text,
+)
+
+MAX_FIGURES = 12  # per kind: a page of 500 variants must still open quickly
+MAX_BARS = 40  # tensors per difference figure
+MAX_EXPECTED = 10  # variants whose expectation the report spells out
+
+
+def headline(summary: RunSummary) -> Text:
+    """One line: how many variants behaved as expected, and which did not."""
+    failed = [v for v in summary.variants if v.passed is False]
+    skipped = summary.count(None)
+    text = f"{summary.count(True)} of {len(summary.variants)} variants behaved as expected"
+    if failed:
+        names = ", ".join(f"`{v.label}` ({v.outcome.value})" for v in failed[:5])
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        text += f"; {len(failed)} did not: {names}{more}"
+    if skipped:
+        text += f"; {skipped} skipped"
+    if summary.interrupted:
+        text += " (the run was interrupted)"
+    return text + "."
+
+
+def problems(summary: RunSummary) -> list[VariantResult]:
+    """The variants a maintainer needs to see: those that did not behave as expected, then
+    those that show a problem (an outcome other than match) as their case expected: known bugs
+    are evidence too."""
+    unexpected = [v for v in summary.variants if v.passed is False]
+    known = [v for v in summary.variants if v.passed and v.outcome is not Outcome.MATCH]
+    return unexpected + known
+
+
+def build_report(summary: RunSummary, run_dir: Path) -> Report:
+    """The report of ``summary``, whose run folder ``run_dir`` holds the scripts to inline."""
+    shown = problems(summary)
+    command = " ".join(["reprokit", *summary.argv[1:]]) if summary.argv else None
+    return Report(
+        headline=headline(summary),
+        bug=bug(shown[0]) if shown else None,
+        command=command,
+        evidence=tuple(evidence(v, run_dir) for v in shown),
+        expected=expected(shown or list(summary.variants)),
+        environment=environment(summary),
+        results=results_table(summary.variants),
+        reused_rows=reused_rows(summary.variants),
+        minimized=minimized(summary.minimized) if summary.minimized is not None else None,
+        figures=figures(summary.variants),
+    )
+
+
+def bug(first: VariantResult) -> Text:
+    """What goes wrong, from the first problem's case and verdict."""
+    what = first.title or first.case
+    why = f" ({plain(first.reason)})" if first.reason else ""
+    known = ", as its case expects (a known problem)."
+    ending = known if first.passed else f", where its case expects {first.expected.value}."
+    text = f"{what}: `{first.label}` ends in **{first.outcome.value}**{why}{ending}"
+    return text + (f" {plain(first.description)}" if first.description else "")
+
+
+def expected(variants: list[VariantResult]) -> tuple[Text, ...]:
+    """From each variant's [expect], and the tolerances it was judged with."""
+    lines = []
+    for v in variants[:MAX_EXPECTED]:
+        if v.expected is Outcome.MATCH:
+            tolerances = sorted({(c.rtol, c.atol) for c in v.comparisons if c.shape is not None})
+            within = ", ".join(f"rtol={r:g}, atol={a:g}" for r, a in tolerances[:3])
+            text = "every stage ends well and agrees with its reference stage"
+            text += f" within {within}" if within else ""
+            if any(c.method == "fp64" for c in v.comparisons):
+                text += ", or stays within a few times the reference's own error against float64"
+            line = f"`{v.label}`: {text}."
+        else:
+            line = (
+                f"`{v.label}`: the case records the known outcome `{v.expected.value}`; without "
+                "the bug it would be `match`."
+            )
+        if v.observed or v.expected_from not in (None, "[expect]"):
+            where = f"; observed: {plain(v.observed)}" if v.observed else ""
+            line += f" (the case's {v.expected_from or '[expect]'}{where})"
+        lines.append(line)
+    return tuple(lines)
+
+
+def environment(summary: RunSummary) -> EnvironmentSection:
+    """The backend as the XLA stages saw it, the versions, then the environment tables."""
+    seen = {(s.xla["device_kind"], s.xla["devices"]) for v in summary.variants for s in v.stages
+            if s.xla and "device_kind" in s.xla}  # fmt: skip
+    kinds = sorted({kind for kind, _ in seen}) or [summary.xla_device or "?"]
+    versions = summary.env.versions
+    facts = [f"Reproducible on XLA backend [{'/'.join(kinds)}]"]
+    facts.append(f"torch_xla version: {versions.get('torch_xla') or '?'} "
+                 f"(torch {versions.get('torch') or '?'})")  # fmt: skip
+    if seen:
+        counts = ", ".join(f"{n} x {kind}" for kind, n in sorted(seen))
+        facts.append(f"XLA devices the stages saw: {counts}")
+    rows = tuple((Cell(k), Cell(v)) for k, v in summary.env.rows())
+    return EnvironmentSection(
+        facts=tuple(facts),
+        machine=Table(("", ""), rows, keyed=True, title="Environment"),
+        machines=machines_table(summary) if summary.machines else None,
+        envs=envs_table(summary.variants),
+    )
+
+
+def machines_table(summary: RunSummary) -> Table:
+    """A merged run: each machine's environment side by side, and the stages it ran."""
+    machines = summary.machines
+    rows: dict[str, list[str]] = {"run folder": [m.run for m in machines]}
+    rows["stages it ran"] = [", ".join(m.stages) or "none" for m in machines]
+    rows["XLA device asked for"] = [m.xla_device or "?" for m in machines]
+    for index, machine in enumerate(machines):
+        for key, value in machine.env.rows():
+            rows.setdefault(key, [""] * len(machines))[index] = value
+    header = ("", *(f"machine {i + 1}" for i in range(len(machines))))
+    cells = tuple((Cell(key), *map(Cell, values)) for key, values in rows.items())
+    return Table(header, cells, keyed=True, title="Machines")
+
+
+def envs_table(variants: tuple[VariantResult, ...]) -> Table | None:
+    """Variants run in environments (--env): the outcome of each in each, and what its stages
+    really imported; None when none ran in one."""
+    envs = list(dict.fromkeys(v.env["name"] for v in variants if v.env))
+    if not envs:
+        return None
+    outcomes: dict[str, dict[str, str]] = {}
+    imported: dict[str, str] = {}
+    for v in (v for v in variants if v.env):
+        outcomes.setdefault(v.base_label, {})[v.env["name"]] = v.outcome.value
+        found = next((s.versions for s in v.stages if (s.versions or {}).get("torch_xla")),
+                     None)  # fmt: skip
+        if found:
+            imported[v.env["name"]] = f"torch {found['torch']}, torch_xla {found['torch_xla']}"
+    rows = [[label, *(row.get(e, "") for e in envs)] for label, row in outcomes.items()]
+    rows.append(["imported", *(imported.get(e, "?") for e in envs)])
+    cells = tuple(tuple(map(Cell, row)) for row in rows)
+    return Table(("variant", *envs), cells, keyed=True, title="Environments")
+
+
+def results_table(variants: tuple[VariantResult, ...]) -> Table:
+    """Every variant, those that did not behave as expected first: what it ended in, what
+    was expected, and its time (how many of its stages the results cache gave)."""
+    marks = {"pass": Cell("yes", tone="good"), "fail": Cell("no", tone="bad"),
+             "skip": Cell("skipped")}  # fmt: skip
+    rows = []
+    for v in results_order(variants):
+        reused = sum(bool(s.reused) for s in v.stages)
+        seconds = f"{v.seconds:.1f}" + (f" ({reused} stages reused)" if reused else "")
+        rows.append((Cell(v.label, code=True), Cell(v.outcome.value), Cell(v.expectation),
+                     marks[v.mark], Cell(seconds)))  # fmt: skip
+    header = ("variant", "outcome", "expected", "as expected", "seconds")
+    return Table(header, tuple(rows), (False, False, False, False, True), title="Results")
+
+
+def results_order(variants: tuple[VariantResult, ...]) -> list[VariantResult]:
+    """Those that did not behave as expected first: a shortened table keeps them."""
+    return sorted(variants, key=lambda v: v.passed is not False)
+
+
+def reused_rows(variants: tuple[VariantResult, ...]) -> tuple[int, ...]:
+    """The rows of the results table whose variant the results cache gave stages of."""
+    order = results_order(variants)
+    return tuple(i for i, v in enumerate(order) if any(s.reused for s in v.stages))
+
+
+def minimized(found: MinimizeResult) -> Minimized:
+    """What the minimizer kept, and what the graph minimizer removed (before -> after), and
+    what each strategy cost."""
+    if found.graph is None:
+        return Minimized(found.describe())
+    rows = [(Cell(what), Cell(before), Cell(after)) for what, before, after in found.graph.rows()]
+    rows += [(Cell(c.param, code=True), Cell(repr(c.before), code=True),
+              Cell(repr(c.after), code=True)) for c in found.changes]  # fmt: skip
+    table = Table(("", "before", "after"), tuple(rows), (False, True, True))
+    steps = "; ".join(
+        f"{s.strategy}: {s.candidates} runs, {s.removed} operations removed"
+        for s in found.graph.steps
+    )
+    return Minimized(found.describe(), table, f"Oracle runs by strategy: {steps or 'none'}.")
+
+
+def figures(variants: tuple[VariantResult, ...]) -> Figures:
+    """What report.html draws: loss curves, fp64 errors, difference sizes, stage timings."""
+    loss = [LossCurves(v.label, curves) for v in variants if (curves := loss_curves(v))]
+    differences = []
+    for variant in [v for v in variants if v.comparisons][:MAX_FIGURES]:
+        shown = [c for c in variant.comparisons if not c.note][:MAX_BARS]
+        if shown:
+            bars = tuple((c.tensor, c.max_abs, c.allclose) for c in shown)
+            differences.append(DifferenceSizes(variant.label, bars))
+    timings = tuple((f"{v.label} {s.name}", s.seconds if math.isfinite(s.seconds) else 0.0)
+                    for v in variants[:MAX_FIGURES] for s in v.stages)  # fmt: skip
+    errors = [curves for v in variants[:MAX_FIGURES] for curves in error_curves(v)]
+    return Figures(tuple(loss[:MAX_FIGURES]), tuple(errors), tuple(differences), timings)
+
+
+def loss_curves(variant: VariantResult) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """Every loss series (two or more steps) among the stages' metrics."""
+    return tuple(
+        (f"{stage.name} ({stage.backend}): {key}", tuple(values))
+        for stage in variant.stages
+        for key, values in stage.metrics.items()
+        if "loss" in key and isinstance(values, list) and len(values) > 1
+    )
+
+
+def error_curves(variant: VariantResult) -> list[ErrorCurves]:
+    """fp64: for each target stage, each tensor's error against float64 along the program, the
+    reference's and the target's; where the target's starts to grow shows."""
+    found = []
+    for target in dict.fromkeys(c.target for c in variant.comparisons if c.errors is not None):
+        judged = [c for c in variant.comparisons if c.target == target and c.errors]
+        if not judged:
+            continue
+        first = variant.first_divergence.get(target)
+        tensors = tuple(c.tensor for c in judged)
+        found.append(ErrorCurves(
+            label=variant.label,
+            reference=judged[0].reference,
+            target=target,
+            tensors=tensors,
+            reference_errors=tuple(c.errors[0] for c in judged if c.errors),
+            target_errors=tuple(c.errors[1] for c in judged if c.errors),
+            first=first,
+            first_index=tensors.index(first) if first in tensors else None,
+        ))  # fmt: skip
+    return found

@@ -1,0 +1,196 @@
+"""The evidence of one variant, as the report model says it: how a failed stage ended and its
+last words, where its stages part from their references (the comparisons in the order the
+stage saved its tensors, the first to differ marked), and what torch_xla saw in each XLA
+stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from reprokit.records import Comparison, StageResult, VariantResult
+from reprokit.reports.bundle import ATTACHMENT_LIMIT
+from reprokit.reports.model import (
+    Cell,
+    Comparisons,
+    Evidence,
+    FailedStage,
+    Names,
+    Script,
+    Table,
+    Text,
+)
+
+COMPARISON_HEADER = ("tensor", "stage vs reference", "shape", "max abs", "max rel ¹", "mismatched")
+XLA_HEADER = ("XLA stage", "devices", "compilations", "executions", "to / from device",
+              "CPU fallbacks")  # fmt: skip
+
+
+def plain(value: object) -> str:
+    """A value inside a sentence or a table row: no pipe, no line break."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def evidence(variant: VariantResult, run_dir: Path) -> Evidence:
+    """A variant's heading, why it ended so, its failed stages, divergence, table, XLA."""
+    changed = None
+    if variant.changed:  # what makes this variant itself: two runs of a case can differ here
+        shown = ", ".join(f"`{k} = {plain(repr(v))}`" for k, v in variant.changed.items())
+        changed = f"Parameters not at the template's defaults: {shown}."
+    failed = [s for s in variant.stages if s.failed]
+    return Evidence(
+        label=variant.label,
+        heading=f"`{variant.label}`: {variant.outcome.value} (expected {variant.expectation})",
+        changed=changed,
+        # else the failed stage says it, with its evidence
+        reason=plain(variant.reason) if variant.reason and not failed else None,
+        failed=tuple(map(failed_stage, failed)),
+        reused=reused_lines(variant.stages),
+        divergence=divergence_lines(variant),
+        comparisons=comparisons(variant),
+        xla=xla_table(variant.stages),
+        recompiled=recompiled(variant.stages),
+        script=script(run_dir, variant),
+        too_large=too_large(run_dir, variant),
+    )
+
+
+def reused_lines(stages: tuple[StageResult, ...]) -> tuple[Text, ...]:
+    """Which stages the results cache gave, and from which run: a reader must know that a
+    stage did not run again (``--no-cache`` runs every one)."""
+    lines = []
+    for run in sorted({s.reused for s in stages if s.reused}):
+        names = ", ".join(f"`{s.name}`" for s in stages if s.reused == run)
+        lines.append(f"Reused without running again (same script, environment, versions): "
+                     f"{names}, from the run in `{run}`.")  # fmt: skip
+    return tuple(lines)
+
+
+def failed_stage(stage: StageResult) -> FailedStage:
+    how = f"signal {stage.signal}" if stage.signal else f"exit code {stage.returncode}"
+    sentence = f"Stage `{stage.name}` ({stage.backend}): {stage.status.value}, {how}."
+    if stage.error:
+        sentence += f" It raised `{plain(stage.error)}`."
+    return FailedStage(sentence, tuple(stage.stderr_tail))
+
+
+def divergence_lines(variant: VariantResult) -> tuple[Text, ...]:
+    """Where each target stage first leaves its reference, which tensors agree before, and
+    what the first differing one is where the stage described it (an operation of a captured
+    program: its op, shape, module and the user's source line)."""
+    lines = []
+    stages = {stage.name: stage for stage in variant.stages}
+    for target, tensor in variant.first_divergence.items():
+        if tensor is None:
+            continue
+        line = f"First divergence in `{target}`: {variant.divergence(target)}."
+        info = stages[target].described.get(tensor) if target in stages else None
+        lines.append(line + (f" {described(tensor, info)}" if info else ""))
+    methods = {c.method for c in variant.comparisons}
+    if lines and "fp64" in methods:
+        lines.append(
+            'Judged against float64 (`[compare] method = "fp64"`): a tensor differs when its '
+            "error against the float64 run is well beyond the reference stage's."
+        )
+    return tuple(lines)
+
+
+def described(tensor: str, info: dict[str, Any]) -> str:
+    """``node.0012.layer_norm`` is `aten.layer_norm.default` (2x16) in `encoder.layers.3`,
+    from `model.py:42`: `x = self.norm(x)`."""
+    parts = [f"`{tensor}` is `{info.get('op', '?')}`"]
+    if info.get("shape") is not None:
+        parts.append(f"({'x'.join(map(str, info['shape'])) or 'scalar'})")
+    if info.get("module"):
+        parts.append(f"in `{info['module']}`")
+    if info.get("source"):
+        parts.append(f"from `{plain(info['source'])}`")
+    return " ".join(parts) + "."
+
+
+def comparisons(variant: VariantResult) -> Comparisons | None:
+    """The comparisons in the order the stages saved their tensors, from two that agree
+    before the first divergence of each target on; the first to differ marked. max rel is
+    the largest |target - reference| / |reference| where the reference is not 0 (max abs
+    covers those). None when every tensor agrees."""
+    if not any(not c.allclose for c in variant.comparisons):
+        return None
+    windows = []
+    for target in dict.fromkeys(c.target for c in variant.comparisons):
+        found = [c for c in variant.comparisons if c.target == target]
+        first = next((i for i, c in enumerate(found) if not c.allclose), None)
+        if first is None:
+            continue
+        rows = tuple(_row(c, first=c is found[first]) for c in found[max(0, first - 2) :])
+        numeric = (False, False, False, True, True, True)
+        windows.append(Table(COMPARISON_HEADER, rows, numeric, title=target))
+    note = (
+        "¹ |stage - reference| / |reference| where the reference is not 0; max abs covers the rest."
+    )
+    return Comparisons(tuple(windows), len(variant.comparisons), note)
+
+
+def _row(c: Comparison, *, first: bool) -> tuple[Cell, ...]:
+    cells = c.cells()
+    shape = cells["note"] if c.shape is None else cells["shape"]
+    mismatched = cells["note"] or cells["mismatched"]
+    return (
+        Cell(cells["tensor"], code=True, tone="bad" if first else ""),
+        *(Cell(text) for text in (cells["stages"], shape, cells["max_abs"], cells["max_rel"])),
+        Cell(mismatched),
+    )
+
+
+def xla_table(stages: tuple[StageResult, ...]) -> Table | None:
+    """What torch_xla saw in each XLA stage: devices, compilations and executions, transfers,
+    operations that fell back to the CPU."""
+    rows = []
+    for stage in (s for s in stages if s.xla):
+        x = stage.xla or {}
+        count = {k: x.get(k, {}).get("count", 0) for k in ("compile", "execute")}
+        seconds = {k: x.get(k, {}).get("seconds", 0) for k in ("compile", "execute")}
+        to, back = (x.get(k, {}).get("count", 0) for k in ("to_device", "from_device"))
+        rows.append((
+            Cell(stage.name, code=True),
+            Cell(f"{x.get('devices', '?')} x {x.get('device_kind', '?')}"),
+            Cell(f"{count['compile']} ({seconds['compile']:.2f} s)"),
+            Cell(f"{count['execute']} ({seconds['execute']:.2f} s)"),
+            Cell(f"{to} / {back}"),
+            Names(tuple(x.get("fallbacks", []))),
+        ))  # fmt: skip
+    if not rows:
+        return None
+    return Table(XLA_HEADER, tuple(rows), (False, False, True, True, True, False))
+
+
+def recompiled(stages: tuple[StageResult, ...]) -> tuple[Text, ...]:
+    """XLA stages that compiled a graph for every execution: recompilation, flagged."""
+    return tuple(
+        f"`{stage.name}` compiled a graph for each of its executions ({count}), none from "
+        "the cache: a training loop like that recompiles every step "
+        "(`PT_XLA_DEBUG_LEVEL=1` says why)."
+        for stage in stages
+        if stage.xla and (count := stage.uncached())
+    )
+
+
+def script(run_dir: Path, variant: VariantResult) -> Script | None:
+    """The variant's standalone repro.py, when its folder has one."""
+    path = Path(run_dir) / variant.label / "repro.py"
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return Script(variant.label, text, text.count("\n"))
+
+
+def too_large(run_dir: Path, variant: VariantResult) -> tuple[Text, ...]:
+    """Files a case brought beside its script (an exported program) too large to attach."""
+    folder = Path(run_dir) / variant.label
+    brought = [p for p in folder.glob("*") if p.is_file() and p.name != "repro.py"]
+    return tuple(
+        f"`{variant.label}/{path.name}` ({path.stat().st_size / 1e6:.0f} MB) is over "
+        "GitHub's 25 MB attachment limit and not in the bundle: share it another way, "
+        "or capture again with `--random-inputs` and a smaller model or batch."
+        for path in brought
+        if path.stat().st_size > ATTACHMENT_LIMIT
+    )

@@ -1,0 +1,180 @@
+"""What a report says, built once from a run's records (reprokit.reports.build) and rendered
+as report.md (reprokit.reports.markdown) and report.html (reprokit.reports.html).
+
+The writers only lay this out; what the sentences say, which rows a table has and in which
+order, what each figure plots: all of it is decided here, once, for both. Its values are
+plain strings and numbers, so a report is rendered without the run folder or torch.
+
+Sentences (``Text``) are plain words with Markdown's two inline marks, the only markup a
+report needs: `name` spans for names (stages, tensors, variants, code) and **strong** for
+what a reader must see first. Table cells carry those marks as fields instead (``Cell``),
+because each writer escapes a cell its own way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Text = str  # one sentence or paragraph: plain words, `name` spans, **strong** spans
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell."""
+
+    text: str
+    code: bool = False  # a name: a variant, tensor, stage, parameter, value
+    tone: str = ""  # "bad": what a reader must see (bold, red); "good": as it should be
+
+
+@dataclass(frozen=True)
+class Names:
+    """A cell listing names (each one a `name`), or saying ``empty`` when there are none."""
+
+    items: tuple[str, ...]
+    empty: str = "none"
+
+
+Value = Cell | Names
+
+
+@dataclass(frozen=True)
+class Table:
+    """A header, rows of cells, the columns to align right (numbers), and whether the first
+    column names its row (a key / value table such as the environment)."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[Value, ...], ...]
+    numeric: tuple[bool, ...] = ()
+    keyed: bool = False
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Script:
+    """A failing variant's standalone repro.py, to inline."""
+
+    label: str
+    text: str
+    lines: int
+
+
+@dataclass(frozen=True)
+class FailedStage:
+    """How a failed stage ended (its status, exit code or signal, its exception), and its
+    stderr's last lines."""
+
+    sentence: Text
+    stderr_tail: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Comparisons:
+    """Where a variant's stages leave their references: for each target stage, the rows from
+    two that agree before its first differing tensor (in bold) on, in the order the stage
+    saved them; ``compared`` counts every comparison of the variant, shown or not."""
+
+    windows: tuple[Table, ...]  # one per target stage that differs, all with the same header
+    compared: int
+    footnote: Text = ""
+
+    def rows(self, per_target: int | None = None) -> list[tuple[Value, ...]]:
+        """The rows shown, at most ``per_target`` of each target's (all when None)."""
+        return [row for table in self.windows for row in table.rows[:per_target]]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One variant that did not behave as expected, or shows a known problem: why it ended
+    so, where it diverges, and what torch_xla saw."""
+
+    label: str
+    heading: Text
+    changed: Text | None = None  # its parameters not at the template's defaults
+    reason: Text | None = None  # why it ended so, when no failed stage says it
+    failed: tuple[FailedStage, ...] = ()
+    reused: tuple[Text, ...] = ()  # stages the results cache gave, and from which run
+    divergence: tuple[Text, ...] = ()  # first divergence per target, how it was judged
+    comparisons: Comparisons | None = None  # None when every tensor agrees
+    xla: Table | None = None  # one row per XLA stage
+    recompiled: tuple[Text, ...] = ()  # XLA stages that compiled anew at every execution
+    script: Script | None = None
+    too_large: tuple[Text, ...] = ()  # files beside its script too large to attach
+
+
+@dataclass(frozen=True)
+class EnvironmentSection:
+    """The backend and versions as the stages saw them, then the machine (or each machine of a
+    merged run) and the environments variants ran in (--env)."""
+
+    facts: tuple[Text, ...]
+    machine: Table  # this run's machine, key / value
+    machines: Table | None = None  # a merged run: each machine side by side
+    envs: Table | None = None  # each variant's outcome in each environment
+
+
+@dataclass(frozen=True)
+class Minimized:
+    """What ``reprokit minimize`` found, and for a captured program what it removed."""
+
+    sentence: Text
+    table: Table | None = None
+    oracle: Text = ""  # the candidate runs each strategy cost
+
+
+@dataclass(frozen=True)
+class LossCurves:
+    """A variant's loss series, per stage (backend) and metric."""
+
+    label: str
+    series: tuple[tuple[str, tuple[float, ...]], ...]
+
+
+@dataclass(frozen=True)
+class DifferenceSizes:
+    """A variant's largest absolute difference per tensor, in saved order, and whether each
+    is within tolerance."""
+
+    label: str
+    bars: tuple[tuple[str, float, bool], ...]
+
+
+@dataclass(frozen=True)
+class ErrorCurves:
+    """fp64: each compared tensor's RMSE against float64, the reference's and the target's,
+    in execution order, and the first that differs."""
+
+    label: str
+    reference: str
+    target: str
+    tensors: tuple[str, ...]
+    reference_errors: tuple[float, ...]
+    target_errors: tuple[float, ...]
+    first: str | None = None
+    first_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What report.html draws: at most MAX_FIGURES of each kind."""
+
+    loss: tuple[LossCurves, ...] = ()
+    errors: tuple[ErrorCurves, ...] = ()
+    differences: tuple[DifferenceSizes, ...] = ()
+    timings: tuple[tuple[str, float], ...] = ()  # (variant stage, seconds)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A whole report: a run folder's summary, said once for every format."""
+
+    headline: Text  # how many variants behaved as expected, and which did not
+    bug: Text | None  # what goes wrong, from the first problem; None when nothing does
+    command: str | None  # the reprokit command that reruns the run
+    evidence: tuple[Evidence, ...]  # the problems, most important first
+    expected: tuple[Text, ...]  # what each variant was expected to do, and within what
+    environment: EnvironmentSection
+    results: Table  # every variant, those not as expected first
+    reused_rows: tuple[int, ...] = ()  # the results rows whose variant reused stages
+    minimized: Minimized | None = None
+    figures: Figures = field(default_factory=Figures)

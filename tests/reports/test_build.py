@@ -1,0 +1,202 @@
+"""The report model, built from records made by hand (no stage runs, no torch): what each
+section, table and figure says, decided once for report.md and report.html."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reprokit.records import (
+    Comparison,
+    Environment,
+    Machine,
+    Outcome,
+    RunSummary,
+    StageResult,
+    Status,
+    VariantResult,
+)
+from reprokit.reports import build_report, headline
+from reprokit.reports.model import Cell, Names
+
+XLA_SAW = {
+    "device_kind": "CPU",
+    "devices": 1,
+    "compile": {"count": 4, "seconds": 0.5},
+    "execute": {"count": 4, "seconds": 0.25},
+    "to_device": {"count": 2},
+    "from_device": {"count": 3},
+    "fallbacks": ["aten::linalg_eig"],
+}
+
+
+def comparison(name: str, close: bool, target: str = "xla", **extra) -> Comparison:
+    return Comparison(name, "cpu", target, (4,), "float32", 0.0 if close else 0.5,
+                      0.0 if close else 0.25, 0 if close else 4, 4, close, **extra)  # fmt: skip
+
+
+def mismatch(label: str = "demo", first: int = 3, tensors: int = 6, **extra) -> VariantResult:
+    """A variant whose xla stage first differs at act.<first>."""
+    comparisons = tuple(comparison(f"act.{i}", i < first) for i in range(tensors))
+    stages = (StageResult("cpu", "cpu", Status.OK, seconds=1.0),
+              StageResult("xla", "xla", Status.OK, seconds=2.0))  # fmt: skip
+    fields = dict(case=label.split("[")[0], label=label, variant={}, outcome=Outcome.MISMATCH,
+                  expected=Outcome.MATCH, seconds=3.0, comparisons=comparisons,
+                  first_divergence={"xla": f"act.{first}"}, stages=stages)  # fmt: skip
+    return VariantResult(**(fields | extra))
+
+
+def passing(label: str = "fine", **extra) -> VariantResult:
+    return mismatch(
+        label, first=6, **({"outcome": Outcome.MATCH, "first_divergence": {"xla": None}} | extra)
+    )
+
+
+def texts(row) -> list[str]:
+    return [value.text if isinstance(value, Cell) else ", ".join(value.items) for value in row]
+
+
+def test_the_problems_come_first_and_known_bugs_are_evidence_too(tmp_path):
+    known = mismatch("known", outcome=Outcome.ERROR, expected=Outcome.ERROR, reason="it raised")
+    summary = RunSummary(started="now", variants=(known, passing(), mismatch("bad")))
+    report = build_report(summary, tmp_path)
+    assert [e.label for e in report.evidence] == ["bad", "known"]
+    assert report.headline == headline(summary)
+    assert report.headline == ("2 of 3 variants behaved as expected; 1 did not: `bad` (mismatch).")
+    assert report.bug == "bad: `bad` ends in **mismatch**, where its case expects match."
+    assert report.evidence[1].reason == "it raised"  # no failed stage says it instead
+    assert report.expected[1] == (
+        "`known`: the case records the known outcome `error`; without the bug it would be `match`."
+    )
+
+
+def test_a_run_where_all_is_well_has_no_bug_and_no_evidence(tmp_path):
+    report = build_report(RunSummary(started="now", variants=(passing(),)), tmp_path)
+    assert report.bug is None and report.evidence == ()
+    assert report.expected == ("`fine`: every stage ends well and agrees with its reference "
+                               "stage within rtol=0, atol=0.",)  # fmt: skip
+
+
+def test_the_comparison_window_starts_two_before_the_first_to_differ(tmp_path):
+    summary = RunSummary(started="now", variants=(mismatch(first=3, tensors=6),))
+    (shown,) = build_report(summary, tmp_path).evidence
+    assert shown.divergence == (
+        "First divergence in `xla`: act.0 through act.2 agree; act.3 is the first to differ "
+        "(4 / 4 mismatched, max abs 0.5).",
+    )
+    found = shown.comparisons
+    (window,) = found.windows
+    assert [row[0].text for row in window.rows] == ["act.1", "act.2", "act.3", "act.4", "act.5"]
+    assert [row[0].tone for row in window.rows] == ["", "", "bad", "", ""]
+    assert texts(window.rows[2]) == ["act.3", "xla vs cpu", "4", "0.5", "0.25", "4 / 4"]
+    assert found.compared == 6 and found.rows(per_target=2) == list(window.rows[:2])
+    assert found.footnote.startswith("¹ |stage - reference| / |reference|")
+
+
+def test_every_tensor_agreeing_gives_no_comparison_table(tmp_path):
+    summary = RunSummary(started="now", variants=(passing(outcome=Outcome.ERROR),))
+    (shown,) = build_report(summary, tmp_path).evidence
+    assert shown.comparisons is None and shown.divergence == ()
+
+
+def test_a_failed_stage_says_how_it_ended_with_its_last_words(tmp_path):
+    failed = StageResult("xla", "xla", Status.CRASH, signal="SIGABRT",
+                         error="RuntimeError: a | b", stderr_tail=("one", "two"))  # fmt: skip
+    variant = mismatch(outcome=Outcome.CRASH, reason="xla died", stages=(failed,))
+    (shown,) = build_report(RunSummary(started="now", variants=(variant,)), tmp_path).evidence
+    (stage,) = shown.failed
+    assert stage.sentence == (
+        "Stage `xla` (xla): crash, signal SIGABRT. It raised `RuntimeError: a \\| b`."
+    )
+    assert stage.stderr_tail == ("one", "two")
+    assert shown.reason is None  # the failed stage says why, with its evidence
+
+
+def test_what_torch_xla_saw_is_one_row_per_xla_stage(tmp_path):
+    stages = (StageResult("cpu", "cpu", Status.OK),
+              StageResult("xla", "xla", Status.OK, xla=XLA_SAW, reused="runs/old"))  # fmt: skip
+    summary = RunSummary(started="now", variants=(mismatch(stages=stages),))
+    report = build_report(summary, tmp_path)
+    (shown,) = report.evidence
+    (row,) = shown.xla.rows
+    assert texts(row) == ["xla", "1 x CPU", "4 (0.50 s)", "4 (0.25 s)", "2 / 3",
+                          "aten::linalg_eig"]  # fmt: skip
+    assert row[-1] == Names(("aten::linalg_eig",))
+    assert shown.recompiled[0].startswith("`xla` compiled a graph for each of its executions (4)")
+    assert shown.reused == ("Reused without running again (same script, environment, "
+                            "versions): `xla`, from the run in `runs/old`.",)  # fmt: skip
+    assert "XLA devices the stages saw: 1 x CPU" in report.environment.facts
+
+
+def test_the_results_table_puts_what_failed_first_and_counts_reused_stages(tmp_path):
+    reused = (StageResult("cpu", "cpu", Status.OK, reused="runs/old"),)
+    skipped = passing("skip", outcome=Outcome.SKIPPED, comparisons=())
+    summary = RunSummary(started="now",
+                         variants=(passing(stages=reused), skipped, mismatch("bad")))  # fmt: skip
+    report = build_report(summary, tmp_path)
+    rows = report.results.rows
+    assert [texts(r) for r in rows] == [
+        ["bad", "mismatch", "match", "no", "3.0"],
+        ["fine", "match", "match", "yes", "3.0 (1 stages reused)"],
+        ["skip", "skipped", "match", "skipped", "3.0"],
+    ]
+    assert [r[3].tone for r in rows] == ["bad", "good", ""]
+    assert report.reused_rows == (1,)
+
+
+def test_a_merged_run_shows_each_machine_and_environments_their_outcomes(tmp_path):
+    ran = (StageResult("xla", "xla", Status.OK, versions={"torch": "2.8", "torch_xla": "2.8"}),)
+    in_envs = tuple(passing(f"demo@{name}", env={"name": name}, stages=ran) for name in ("a", "b"))
+    machines = (Machine("runs/cpu", Environment(python="3.11"), ("cpu",), "CPU"),
+                Machine("runs/xla", Environment(python="3.12"), ("xla",)))  # fmt: skip
+    summary = RunSummary(started="now", variants=in_envs, machines=machines)
+    section = build_report(summary, tmp_path).environment
+    assert section.machines.header == ("", "machine 1", "machine 2")
+    rows = {row[0].text: texts(row)[1:] for row in section.machines.rows}
+    assert rows["stages it ran"] == ["cpu", "xla"]
+    assert rows["XLA device asked for"] == ["CPU", "?"] and rows["Python"] == ["3.11", "3.12"]
+    assert [texts(r) for r in section.envs.rows] == [
+        ["demo", "match", "match"],
+        ["imported", "torch 2.8, torch_xla 2.8", "torch 2.8, torch_xla 2.8"],
+    ]
+
+
+def test_the_figures_say_what_to_draw(tmp_path):
+    metrics = {"loss": [1.0, 0.5], "accuracy": [0.1, 0.2], "final_loss": 0.5}
+    fp64 = tuple(
+        comparison(f"n.{i}", i < 2, method="fp64", errors=(1e-7, 1e-7 if i < 2 else 1e-3))
+        for i in range(4)
+    )
+    stages = (StageResult("xla", "xla", Status.OK, seconds=float("nan"), metrics=metrics),)
+    variant = mismatch(comparisons=fp64, stages=stages, first_divergence={"xla": "n.2"})
+    drawn = build_report(RunSummary(started="now", variants=(variant,)), tmp_path).figures
+    (loss,) = drawn.loss
+    assert loss.series == (("xla (xla): loss", (1.0, 0.5)),)  # one step, or no loss: not drawn
+    (errors,) = drawn.errors
+    assert errors.tensors == ("n.0", "n.1", "n.2", "n.3") and errors.first_index == 2
+    assert errors.target_errors == (1e-7, 1e-7, 1e-3, 1e-3)
+    (sizes,) = drawn.differences
+    assert sizes.bars[1:3] == (("n.1", 0.0, True), ("n.2", 0.5, False))
+    assert drawn.timings == (("demo xla", 0.0),)  # a stage that never timed draws as 0
+
+
+def test_scripts_are_inlined_and_files_too_large_to_attach_are_named(tmp_path):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "repro.py").write_text("print(1)\nprint(2)\n")
+    with (tmp_path / "demo" / "model.pt2").open("wb") as file:
+        file.truncate(26_000_000)  # sparse
+    summary = RunSummary(started="now", argv=("/bin/reprokit", "run", "demo"),
+                         variants=(mismatch(), mismatch("gone")))  # fmt: skip
+    report = build_report(summary, tmp_path)
+    assert report.command == "reprokit run demo"
+    demo, gone = report.evidence
+    assert demo.script.text == "print(1)\nprint(2)\n" and demo.script.lines == 2
+    assert gone.script is None  # no folder: nothing to inline
+    (line,) = demo.too_large
+    assert line.startswith("`demo/model.pt2` (26 MB) is over GitHub's 25 MB attachment limit")
+
+
+def test_the_model_is_built_from_a_summary_read_back_from_json(tmp_path):
+    """What summary.json gives back builds the same model as the records that wrote it."""
+    summary = RunSummary(started="now", variants=(mismatch(), passing()))
+    again = RunSummary.from_json(summary.to_json())
+    assert build_report(again, Path(tmp_path)) == build_report(summary, Path(tmp_path))
