@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprokit.environment.uv import EnvSpec
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Case, find_cases, load_case
 from reprokit.generate.templates import Template
+from reprokit.records import EnvSpec
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,11 @@ class Variant:
 
     @property
     def tolerances(self) -> dict[str, float | None]:
-        return {"rtol": self.case.compare.get("rtol"), "atol": self.case.compare.get("atol")}
+        return self.case.compare.tolerances()
 
     @property
     def method(self) -> str:
-        return self.case.compare.get("method", "allclose")
+        return self.case.compare.method
 
     @property
     def compare(self) -> dict[str, Any]:

@@ -51,3 +51,21 @@ def write_json(path: Path, data: Any, *, compact: bool = False) -> Path:
         Path(temp).unlink(missing_ok=True)
         raise
     return path
+
+
+class MappingReading:
+    """Read a record as the dict it replaced, by its JSON keys: ``result.xla["devices"]``,
+    ``variant.env.get("name")``. For code written against those dicts (StageResult.xla,
+    VariantResult.env) while it moves to the fields; new code reads the fields."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.to_json()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_json().get(key, default)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reprokit.environment.variables import RUNTIME_READ
 from reprokit.records import Status
 from reprokit.runner import signals
 from reprokit.runner.dag import parse_python
@@ -51,9 +52,6 @@ from reprokit.runner.stage import LIST_STAGES, Executor, Launch, LocalExecutor
 from reprokit.runner.watchdog import WATCHDOG
 
 SERVER = Path(__file__).with_name("warm_server.py")
-RUNTIME_READ = frozenset(
-    {"CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_SAVE_TENSORS_FMT", "XLA_SAVE_TENSORS_FILE"}
-)
 WARM_BACKENDS = ("cpu", "xla", "xla_spmd")
 MAX_SERVERS = 4  # distinct environments in one run; more start cold
 MAX_DEATHS = 2  # a server that died this often is not started again: cold starts

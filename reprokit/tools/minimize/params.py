@@ -34,14 +34,13 @@ from reprokit.environment.machine import versions
 from reprokit.generate.render import render
 from reprokit.generate.templates import Param
 from reprokit.generate.variants import Variant
-from reprokit.infra.caching import cache_root
+from reprokit.infra.caching import Store
 from reprokit.records import (
     Change,
     MinimizeResult,
     Outcome,
     RunSummary,
     VariantResult,
-    write_json,
     write_summary,
 )
 from reprokit.runner.options import Options
@@ -71,8 +70,7 @@ class Cache:
     """Variant results by script content and environment, kept across calls."""
 
     def __init__(self, folder: Path | None = None) -> None:
-        self.folder = Path(folder or cache_root()) / "minimize"
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.store = Store("minimize", root=folder)
 
     @staticmethod
     def key(script: str, options: Options) -> str:
@@ -81,14 +79,13 @@ class Cache:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> VariantResult | None:
-        path = self.folder / f"{key}.json"
         try:
-            return VariantResult.from_json(json.loads(path.read_text("utf-8")))
-        except (OSError, ValueError, KeyError):
+            return VariantResult.from_json(self.store.get_json(key))
+        except (ValueError, KeyError, TypeError):  # none, or another version's
             return None
 
     def put(self, key: str, result: VariantResult) -> None:
-        write_json(self.folder / f"{key}.json", result.to_json())
+        self.store.put_json(key, result.to_json())
 
 
 def run_batch(
