@@ -93,10 +93,13 @@ class Store:
         temp = Path(tempfile.mkdtemp(dir=self.folder, prefix=".new-"))
         try:
             fill(temp)
-            os.rename(temp, self.path(key, ""))
+            os.rename(temp, self.path(key, ""))  # fails when the entry is there already
         except OSError:
             shutil.rmtree(temp, ignore_errors=True)
             return None
+        except BaseException:  # interrupted: nothing half-made is left behind either
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
         return self.path(key, "")
 
     def lock(self, key: str) -> FileLock:
