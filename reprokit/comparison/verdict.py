@@ -126,8 +126,10 @@ def compare_stages(
     if not cached:
         return _compare(variant, pairs, judges, folder)
     store, key = Store("comparisons"), _key(variant, pairs, judges, folder)
-    with contextlib.suppress(KeyError, TypeError, ValueError):  # none, or another version's
-        return Compared.from_json(store.get_json(key))
+    data = store.get_json(key)
+    with contextlib.suppress(KeyError, TypeError, ValueError):  # another version's
+        if isinstance(data, dict):
+            return Compared.from_json(data)
     compared = _compare(variant, pairs, judges, folder)
     store.put_json(key, compared.to_json())
     return compared

@@ -108,7 +108,7 @@ class CachingExecutor:
         data = read_json(entry / "record.json")
         try:
             result = StageResult.from_json(data["result"])
-        except (ValueError, KeyError, TypeError):  # none, or not a record this version reads
+        except (ValueError, KeyError, TypeError, AttributeError):  # none, or another version's
             return None
         target = job.folder / "stages" / job.stage.name
         shutil.rmtree(target, ignore_errors=True)

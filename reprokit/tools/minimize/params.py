@@ -79,9 +79,10 @@ class Cache:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> VariantResult | None:
+        data = self.store.get_json(key)
         try:
-            return VariantResult.from_json(self.store.get_json(key))
-        except (ValueError, KeyError, TypeError):  # none, or another version's
+            return VariantResult.from_json(data) if isinstance(data, dict) else None
+        except (ValueError, KeyError, TypeError):  # another version's
             return None
 
     def put(self, key: str, result: VariantResult) -> None:
