@@ -3,6 +3,7 @@ reuse, builds that fail (and leave nothing behind), and the parsing of --env and
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -17,14 +18,18 @@ import pytest
 from reprokit.environment.releases import release_env, releases
 from reprokit.environment.uv import (
     BUILDING,
+    INDEX_VARIABLES,
     MARKER,
-    EnvSpec,
+    digest,
     env_dir,
     env_python,
     parse_env,
+    python_tag,
     uv_error,
 )
 from reprokit.errors import ReprokitError
+from reprokit.infra.caching import cache_root
+from reprokit.records import EnvSpec
 
 needs_uv = pytest.mark.skipif(
     importlib.util.find_spec("uv") is None and shutil.which("uv") is None,
@@ -36,7 +41,7 @@ SIX = EnvSpec("six", ("six==1.17.0",))  # the smallest real build: a second or s
 def leftovers(spec: EnvSpec) -> list[str]:
     """What env_dir() holds besides the spec's lock file."""
     found = os.listdir(env_dir()) if env_dir().exists() else []
-    return sorted(set(found) - {f"{spec.digest()}.lock"})
+    return sorted(set(found) - {f"{digest(spec)}.lock"})
 
 
 VERSIONS = (
@@ -137,16 +142,16 @@ def test_builds_without_ssl_cert_file(tmp_path, monkeypatch):
     assert said[0] == "building environment six (six==1.17.0) with uv..."
     assert said[1].startswith("environment six built in ")
     subprocess.run([python, "-c", "import six"], check=True)
-    assert leftovers(SIX) == [SIX.digest()]
+    assert leftovers(SIX) == [digest(SIX)]
 
 
 @needs_uv
 def test_what_a_killed_build_left_is_cleaned_up():
     env_dir().mkdir(parents=True)
-    for digest in (SIX.digest(), "0123456789abcdef"):
-        (env_dir() / f"{digest}{BUILDING}" / "bin").mkdir(parents=True)
+    for key in (digest(SIX), "0123456789abcdef"):
+        (env_dir() / f"{key}{BUILDING}" / "bin").mkdir(parents=True)
     env_python(SIX)
-    assert leftovers(SIX) == [SIX.digest(), "0123456789abcdef.lock"]
+    assert leftovers(SIX) == [digest(SIX), "0123456789abcdef.lock"]
 
 
 HOLD = """
@@ -161,7 +166,7 @@ time.sleep(1.5)
 @needs_uv
 def test_a_killed_builds_uv_still_running_is_waited_for():
     # What a SIGKILLed build leaves: its folder, and its uv, which holds the folder's flock.
-    staging = env_dir() / f"{SIX.digest()}{BUILDING}"
+    staging = env_dir() / f"{digest(SIX)}{BUILDING}"
     (staging / "bin").mkdir(parents=True)
     orphan = subprocess.Popen([sys.executable, "-c", HOLD, staging], stdout=subprocess.PIPE)
     assert orphan.stdout.readline() == b"holding\n"
@@ -169,7 +174,7 @@ def test_a_killed_builds_uv_still_running_is_waited_for():
     env_python(SIX, announce=said.append)
     assert orphan.wait(timeout=10) == 0
     assert said[0] == "waiting for the uv of a build that was killed to end..."
-    assert leftovers(SIX) == [SIX.digest()]
+    assert leftovers(SIX) == [digest(SIX)]
 
 
 BUILD = """
@@ -187,7 +192,7 @@ def test_two_processes_asking_at_once_build_once():
     assert [proc.returncode for proc in procs] == [0, 0]
     lines = [line for output in outputs for line in output]
     assert sum(line.startswith("building environment") for line in lines) == 1
-    assert outputs[0][-1] == outputs[1][-1] == str(env_dir() / SIX.digest() / "bin" / "python")
+    assert outputs[0][-1] == outputs[1][-1] == str(env_dir() / digest(SIX) / "bin" / "python")
 
 
 @needs_uv
@@ -202,7 +207,7 @@ def test_threads_asking_at_once_build_once():
         thread.start()
     for thread in threads:
         thread.join()
-    assert found == [env_dir() / SIX.digest() / "bin" / "python"] * 3
+    assert found == [env_dir() / digest(SIX) / "bin" / "python"] * 3
     assert sum(line.startswith("building environment") for line in said) == 1
 
 
@@ -290,8 +295,21 @@ def test_releases_errors(span, says):
 def test_digest_is_what_gets_installed(monkeypatch):
     spec = release_env("2.8")
     same = EnvSpec("other name", ("Torch_XLA == 2.8.0", "torch==2.8.0"))
-    assert spec.digest() == same.digest()
-    assert spec.digest() != release_env("2.9").digest()
-    before = spec.digest()
+    assert digest(spec) == digest(same)
+    assert digest(spec) != digest(release_env("2.9"))
+    before = digest(spec)
     monkeypatch.setenv("UV_INDEX_URL", "https://example.org/simple")  # other files
-    assert spec.digest() != before
+    assert digest(spec) != before
+
+
+def test_the_digest_names_the_folders_of_earlier_releases(monkeypatch):
+    """Moved onto the one store, the digest is still the one that named environments before
+    (sha256 of the sorted JSON, 16 digits): environments already built are found again."""
+    for name in INDEX_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    spec = EnvSpec("x", ("torch_xla==2.8.0", "Torch==2.8.0"))
+    content = {"requirements": ["torch-xla==2.8.0", "torch==2.8.0"], "python": python_tag(),
+               "index": {}}  # fmt: skip
+    before = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    assert digest(spec) == before
+    assert env_dir() == cache_root() / "envs"

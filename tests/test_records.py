@@ -5,23 +5,30 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from reprokit.records import (
+    METRICS,
     Change,
     Comparison,
     DiffSummary,
     Environment,
+    EnvSpec,
     MinimizeResult,
     Outcome,
+    Reports,
     RunSummary,
     Stage,
     StageResult,
     Status,
+    Timed,
     VariantResult,
     Worst,
+    XlaEvidence,
     read_summary,
     write_summary,
 )
@@ -50,6 +57,10 @@ RECORDS = [
         "c", "mismatch (act.#)", (Change("layers", 8, 4),), (200, 150), 9, 3, 4.5, "done"
     ),
     DiffSummary.of([comparison("a"), comparison("b", close=False)]),
+    XlaEvidence("TPU", 4, Timed(3, 1.5), 1, Timed(3, 0.25), fallbacks=("aten::linalg_eig",)),
+    XlaEvidence(execute=Timed(2, 0.5), fallback_counts={"aten::nonzero": 3}),  # from wrap
+    EnvSpec("2.8", ("torch==2.8.0", "torch_xla==2.8.0")),
+    Reports(RunSummary("now"), (Path("run/report.md"), Path("run/bundle.zip"))),
 ]
 
 
@@ -60,14 +71,15 @@ def test_round_trip_through_json(record):
 
 
 def test_a_run_summary_round_trips_with_every_record_inside(tmp_path):
-    variant = VariantResult("c", "c[a]", {"a": 1}, Outcome.MISMATCH, Outcome.MATCH, 3.0,
-                            stages=(RECORDS[1],), comparisons=(RECORDS[2], RECORDS[3]),
-                            first_divergence={"xla": "w"}, title="t")  # fmt: skip
+    stage = replace(RECORDS[1], xla=RECORDS[7])
+    variant = VariantResult("c", "c[a]@2.8", {"a": 1}, Outcome.MISMATCH, Outcome.MATCH, 3.0,
+                            stages=(stage,), comparisons=(RECORDS[2], RECORDS[3]),
+                            first_divergence={"xla": "w"}, title="t", env=RECORDS[9])  # fmt: skip
     summary = RunSummary("now", "later", ("reprokit", "run"), RECORDS[4], (variant,),
                          interrupted=True, minimized=RECORDS[5])  # fmt: skip
     write_summary(summary, tmp_path)
     assert read_summary(tmp_path) == summary
-    assert variant.failed_stage == RECORDS[1] and variant.mark == "fail"
+    assert variant.failed_stage == stage and variant.mark == "fail"
     assert variant.divergence("xla") == "w is the first to differ (6 / 6 mismatched, max abs 0.5)"
 
 
@@ -116,5 +128,69 @@ def test_a_label_without_its_environment():
     """bisect and the report's environment table group a variant's runs by it; a parameter
     value holding "@" stays in it."""
     plain = VariantResult("c", "c[a@b]", {"a": "a@b"}, Outcome.MATCH, Outcome.MATCH, 1.0)
-    in_env = replace(plain, label="c[a@b]@2.8", env={"name": "2.8", "requirements": []})
+    in_env = replace(plain, label="c[a@b]@2.8", env=EnvSpec("2.8", ()))
     assert plain.base_label == in_env.base_label == "c[a@b]"
+
+
+# What a rendered script writes as result.json's "xla" (templates/_protocol.py.j2's
+# xla_evidence()), and what `reprokit wrap` wrote: no device, and fallbacks of a last report.
+SCRIPT_XLA = {"device_kind": "CPU", "devices": 1, "compile": {"count": 4, "seconds": 0.3125},
+              "cached": 0, "execute": {"count": 4, "seconds": 0.0021},
+              "to_device": {"count": 1, "seconds": 0.0001},
+              "from_device": {"count": 2, "seconds": 0.0},
+              "fallbacks": ["aten::linalg_eig"]}  # fmt: skip
+WRAP_XLA = {k: v for k, v in SCRIPT_XLA.items() if k not in ("device_kind", "devices")}
+
+
+def test_the_xla_evidence_scripts_write_reads_and_writes_back_the_same():
+    old = {"name": "xla", "backend": "xla", "status": "ok", "xla": SCRIPT_XLA}
+    stage = StageResult.from_json(old)
+    assert isinstance(stage.xla, XlaEvidence)
+    assert (stage.xla.device_kind, stage.xla.devices) == ("CPU", 1)
+    assert stage.xla.compile == Timed(4, 0.3125) and stage.xla.fallbacks == ("aten::linalg_eig",)
+    assert stage.to_json()["xla"] == SCRIPT_XLA  # summary.json keeps the script's format
+    assert stage.uncached() == 4  # four compilations, four executions, none from the cache
+    wrapped = StageResult.from_json(old | {"xla": WRAP_XLA})
+    assert wrapped.xla is not None and wrapped.xla.device_kind is None
+    assert wrapped.to_json()["xla"] == WRAP_XLA
+
+
+def test_a_stage_given_result_jsons_dict_holds_the_record():
+    """The executors pass result.json's "xla" as they read it."""
+    stage = replace(StageResult("xla", "xla", Status.OK), xla=SCRIPT_XLA)
+    assert stage.xla == XlaEvidence.from_json(SCRIPT_XLA)
+
+
+def test_evidence_from_metrics_adds_up_the_metrics_each_figure_names():
+    seen = {"CompileTime": (2, 1.0), "ExecuteTime": (3, 0.5), "ExecuteReplicatedTime": (4, 0.25)}
+    xla = XlaEvidence.from_metrics(lambda name: seen.get(name, (0, 0.0)),
+                                   fallbacks=["aten::b", "aten::a", "aten::b"])  # fmt: skip
+    assert xla.compile == Timed(2, 1.0) and xla.execute == Timed(7, 0.75)  # SPMD counted in
+    assert xla.to_device == Timed() and xla.fallbacks == ("aten::a", "aten::b")
+
+
+def test_the_scripts_copy_of_the_metric_names_agrees():
+    """A script is standalone: it keeps its own copy of METRICS, which must say the same."""
+    template = Path(__file__).parents[1] / "templates" / "_protocol.py.j2"
+    body = template.read_text().split("def xla_evidence()", 1)[1].split("\ndef ", 1)[0]
+    found = {key: tuple(re.findall(r'"(\w+)"', names))
+             for key, names in re.findall(r'"(\w+)": metric\(([^)]*)\)', body)}  # fmt: skip
+    assert found == METRICS
+    assert 'counter_value("CachedCompile")' in body
+
+
+def test_the_environment_a_variant_ran_in_reads_from_an_old_summary():
+    env = {"name": "2.8", "requirements": ["torch==2.8.0", "torch_xla==2.8.0"]}
+    old = {"case": "c", "label": "c@2.8", "variant": {}, "outcome": "match",
+           "expected": "match", "seconds": 1.0, "env": env}  # fmt: skip
+    variant = VariantResult.from_json(old)
+    assert variant.env == EnvSpec("2.8", ("torch==2.8.0", "torch_xla==2.8.0"))
+    assert variant.base_label == "c" and variant.env.name == "2.8"
+    assert variant.to_json()["env"] == old["env"]
+    assert VariantResult.from_json(old | {"env": None}).env is None
+
+
+def test_reports_unpack_as_the_pair_they_were():
+    summary, written = RECORDS[10]
+    assert summary == RunSummary("now") and written == [Path("run/report.md"),
+                                                       Path("run/bundle.zip")]  # fmt: skip

@@ -10,15 +10,13 @@ when a variant has tensors to compare, so that the runner starts without it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.environment.machine import versions
 from reprokit.errors import ReprokitError
-from reprokit.infra.caching import cache_root, content_digest
+from reprokit.infra.caching import Store, file_digest
 from reprokit.infra.torch_import import import_module
 from reprokit.records import (
     Comparison,
@@ -28,7 +26,6 @@ from reprokit.records import (
     Status,
     VariantResult,
     first_divergence,
-    write_json,
 )
 
 if TYPE_CHECKING:
@@ -101,9 +98,7 @@ def verdict(
         changed=variant.changed,
         expected_from=expected_from,
         observed=observed,
-        env={"name": variant.env.name, "requirements": list(variant.env.requirements)}
-        if variant.env
-        else None,
+        env=variant.env,
     )
 
 
@@ -130,27 +125,24 @@ def compare_stages(
     }
     if not cached:
         return _compare(variant, pairs, judges, folder)
-    path = cache_root() / "comparisons" / f"{_key(variant, pairs, judges, folder)}.json"
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        return Compared.from_json(json.loads(path.read_text("utf-8")))
+    store, key = Store("comparisons"), _key(variant, pairs, judges, folder)
+    data = store.get_json(key)
+    with contextlib.suppress(KeyError, TypeError, ValueError):  # another version's
+        if isinstance(data, dict):
+            return Compared.from_json(data)
     compared = _compare(variant, pairs, judges, folder)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, compared.to_json())
+    store.put_json(key, compared.to_json())
     return compared
 
 
 def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path) -> str:
     """The bytes of every tensors.pt compared, how they are compared, and the code comparing."""
-    digest = hashlib.sha256()
-    code = [Path(__file__).parent / name for name in ("verdict.py", "tensors.py", "checkpoints.py")]
+    code = {name: file_digest(Path(__file__).parent / name)
+            for name in ("verdict.py", "tensors.py", "checkpoints.py")}  # fmt: skip
     names = {n for s in pairs for n in (s.name, s.reference, judges[s.name]) if n}
-    for path in [*code, *(folder / "stages" / n / "tensors.pt" for n in sorted(names))]:
-        digest.update(str(path.name).encode())
-        with contextlib.suppress(OSError):
-            digest.update(content_digest(path))
+    tensors = {n: file_digest(folder / "stages" / n / "tensors.pt") for n in sorted(names)}
     how = [[s.name, s.reference, judges[s.name]] for s in pairs]
-    digest.update(json.dumps([how, variant.tolerances, versions()], sort_keys=True).encode())
-    return digest.hexdigest()
+    return Store.key(code, tensors, how, variant.tolerances, versions())
 
 
 def _compare(

@@ -9,25 +9,22 @@ never initialises one (an initialised runtime would break a later xmp.spawn).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from reprokit.infra.caching import cache_root
+from reprokit.environment.variables import shown
+from reprokit.infra.caching import Store
 from reprokit.infra.redact import redact_env
 from reprokit.infra.torch_import import import_module
-from reprokit.records import Environment, write_json
+from reprokit.records import Environment
 
 PACKAGES = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib", "numpy")
-XLA_VARIABLES = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|CPU_NUM_DEVICES$|XRT_|LIBTPU_)")
 _PROBE = """
 import json, torch_xla, torch_xla.runtime as xr, torch_xla.backends as xb
 print(json.dumps({"device_kind": xr.device_type(), "device_count": xr.global_runtime_device_count(),
@@ -83,15 +80,14 @@ def pytorch_env(*, cached: bool = False) -> dict[str, Any]:
     if not cached:
         return _collect_env()
     boot = Path("/proc/sys/kernel/random/boot_id")
-    key = [sys.executable, versions(), platform.node(), boot.read_text() if boot.exists() else ""]
-    name = hashlib.sha256(json.dumps(key).encode()).hexdigest()
-    path = cache_root() / "environments" / f"{name}.json"
-    with contextlib.suppress(OSError, ValueError):
-        return json.loads(path.read_text("utf-8"))
+    booted = boot.read_text() if boot.exists() else ""
+    store = Store("environments")
+    key = store.key(sys.executable, versions(), platform.node(), booted)
+    if isinstance(found := store.get_json(key), dict):
+        return found
     found = _collect_env()
     if "error" not in found:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, found)
+        store.put_json(key, found)
     return found
 
 
@@ -109,7 +105,7 @@ def capture(*, probe_xla: bool = True, quick: bool = False, cached: bool = False
     process (versions from metadata, variables), for the first summary.json of a run;
     ``cached``: collect_env's part as this boot captured it first (:func:`pytorch_env`)."""
     found = versions()
-    variables = {k: v for k, v in sorted(os.environ.items()) if XLA_VARIABLES.match(k)}
+    variables = shown(os.environ)
     return Environment(
         python=sys.version.split()[0],
         platform=platform.platform(),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from reprokit.environment.uv import EnvSpec
 from reprokit.errors import ReprokitError
+from reprokit.records import EnvSpec
 
 RELEASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import functools
-import hashlib
 import json
 import os
 import re
@@ -30,15 +29,16 @@ import sysconfig
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-from packaging.requirements import InvalidRequirement, Requirement
+from filelock import Timeout
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from reprokit.environment.specs import parse_env as parse_env  # where it was
 from reprokit.errors import ReprokitError
-from reprokit.infra.caching import cache_root
+from reprokit.infra.caching import Store
+from reprokit.records import EnvSpec
 
 MARKER = "reprokit-env.json"
 BUILDING = ".building"
@@ -47,10 +47,6 @@ INDEX_VARIABLES = (
     "UV_DEFAULT_INDEX UV_INDEX UV_INDEX_URL UV_EXTRA_INDEX_URL UV_FIND_LINKS UV_NO_INDEX "
     "UV_EXCLUDE_NEWER UV_PRERELEASE UV_RESOLUTION UV_TORCH_BACKEND"
 ).split()
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-# Requirements are separated by whitespace, or by a comma that starts a new name: the comma in
-# "torch>=2.8,<2.9" is the specifier's, the one in "torch_xla[tpu,pallas]" the extras'.
-SEPARATOR = re.compile(r"\s+|,(?=\s*[A-Za-z0-9])(?![^\[]*\])")
 NO_UV_HINT = "pip install 'reprokit[envs]'"
 DISK_HINT = (
     "The disk is full: free space where environments are kept ({}) and in uv's cache "
@@ -60,29 +56,19 @@ DISK_HINT = (
 CAPTURED = {"capture_output": True, "text": True, "stdin": subprocess.DEVNULL}
 
 
-@dataclass(frozen=True)
-class EnvSpec:
-    """A named set of requirements to install: ``2.8`` = torch==2.8.0 and torch_xla==2.8.0."""
+def digest(spec: EnvSpec) -> str:
+    """The content address of ``spec``'s environment: what gets installed, for which python,
+    from which index.
 
-    name: str
-    requirements: tuple[str, ...]
-
-    def digest(self) -> str:
-        """The content address: what gets installed, for which python, from which index.
-
-        The name is left out (two names for the same requirements share one environment), and
-        so is the order of the requirements.
-        """
-        content = {
-            "requirements": sorted(_normalized(text) for text in self.requirements),
-            "python": python_tag(),
-            "index": {k: os.environ[k] for k in INDEX_VARIABLES if os.environ.get(k)},
-        }
-        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
-
-    def label(self) -> str:
-        """``2.8 (torch==2.8.0 torch_xla==2.8.0)``: how messages name the environment."""
-        return f"{self.name} ({' '.join(self.requirements)})"
+    The name is left out (two names for the same requirements share one environment), and so
+    is the order of the requirements.
+    """
+    content = {
+        "requirements": sorted(_normalized(text) for text in spec.requirements),
+        "python": python_tag(),
+        "index": {k: os.environ[k] for k in INDEX_VARIABLES if os.environ.get(k)},
+    }
+    return Store.key(content)[:16]
 
 
 def _normalized(text: str) -> str:
@@ -110,37 +96,9 @@ def python_tag() -> dict[str, str]:
     }
 
 
-def parse_env(text: str) -> EnvSpec:
-    """``NAME=REQUIREMENTS``, as in ``--env 2.8="torch==2.8.0 torch_xla==2.8.0"``."""
-    example = 'Write NAME="REQUIREMENTS", e.g. --env 2.8="torch==2.8.0 torch_xla==2.8.0"'
-    name, equals, rest = text.partition("=")
-    name = name.strip()
-    if not equals:
-        raise ReprokitError(f"{text!r} is not NAME=REQUIREMENTS", hint=example)
-    if not name or rest.startswith("="):
-        raise ReprokitError(f"{text!r} has no environment name before '='", hint=example)
-    if not NAME.fullmatch(name):
-        raise ReprokitError(
-            f"{name!r} cannot name an environment", hint="Use letters, digits, _ . + -"
-        )
-    requirements = tuple(token for token in SEPARATOR.split(rest.strip()) if token)
-    if not requirements:
-        raise ReprokitError(f"environment {name!r} has no requirement after '='", hint=example)
-    for token in requirements:
-        try:
-            Requirement(token)
-        except InvalidRequirement as exc:
-            raise ReprokitError(
-                f"environment {name!r}: {token!r} is not a requirement: {exc}",
-                hint="Write each requirement without spaces (torch>=2.8,<2.9) and separate "
-                "requirements with spaces or commas.",
-            ) from None
-    return EnvSpec(name, requirements)
-
-
 def env_dir() -> Path:
     """Where environments are kept: ``cache_root()/envs``."""
-    return cache_root() / "envs"
+    return Store("envs").folder
 
 
 def env_python(spec: EnvSpec, *, announce: Callable[[str], None] | None = None) -> Path:
@@ -150,14 +108,14 @@ def env_python(spec: EnvSpec, *, announce: Callable[[str], None] | None = None) 
     the same environment (in another process or thread); reusing one says nothing.
     """
     say = announce or (lambda _line: None)
-    digest = spec.digest()
-    final = env_dir() / digest
-    if _ready(final):
+    store, key = Store("envs"), digest(spec)
+    final = store.path(key, "")
+    if store.get_folder(key, ready=_ready):
         return final / "bin" / "python"
     uv_bin()  # no uv, no build: say so before anything is written
-    with _disk_errors(spec), _locked(env_dir() / f"{digest}.lock", spec, say):
+    with _disk_errors(spec), _locked(store, key, spec, say):
         if not _ready(final):  # another process may have built it while this one waited
-            _sweep(env_dir(), but=final)
+            _sweep(store, but=final)
             shutil.rmtree(final, ignore_errors=True)  # unusable: its interpreter went away
             _build(spec, final, say)
     return final / "bin" / "python"
@@ -169,9 +127,8 @@ def _ready(folder: Path) -> bool:
 
 
 @contextmanager
-def _locked(path: Path, spec: EnvSpec, say: Callable[[str], None]) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path)
+def _locked(store: Store, key: str, spec: EnvSpec, say: Callable[[str], None]) -> Iterator[None]:
+    lock = store.lock(key)  # <digest>.lock: one build at a time per environment
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -183,11 +140,11 @@ def _locked(path: Path, spec: EnvSpec, say: Callable[[str], None]) -> Iterator[N
         lock.release()
 
 
-def _sweep(root: Path, *, but: Path) -> None:
+def _sweep(store: Store, *, but: Path) -> None:
     """Remove what killed builds of other environments left, unless they are being built."""
-    for leftover in root.glob(f"*{BUILDING}"):
+    for leftover in store.folder.glob(f"*{BUILDING}"):
         if leftover.name.removesuffix(BUILDING) != but.name:
-            lock = FileLock(root / f"{leftover.name.removesuffix(BUILDING)}.lock")
+            lock = store.lock(leftover.name.removesuffix(BUILDING))
             with suppress(Timeout), lock.acquire(timeout=0):
                 _remove_leftover(leftover, waiting=None)
 
@@ -263,7 +220,7 @@ def _write_marker(
     record = {
         "name": spec.name,
         "requirements": list(spec.requirements),
-        "digest": spec.digest(),
+        "digest": digest(spec),
         "python": python_tag(),
         "versions": versions,
         "freeze": freeze,

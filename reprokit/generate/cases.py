@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reprokit.environment.uv import EnvSpec, parse_env
+from reprokit.environment.specs import parse_env
 from reprokit.errors import ReprokitError
 from reprokit.generate.templates import Template, builtin_dir, did_you_mean, find_template
-from reprokit.records import Outcome
+from reprokit.records import EnvSpec, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -40,6 +40,20 @@ METHODS = ("allclose", "fp64")  # [compare] method: tolerances, or error against
 
 
 @dataclass(frozen=True)
+class CompareSettings:
+    """A case's ``[compare]``: how its stages' tensors are judged. None: torch.testing's
+    default tolerance for the tensors' dtype."""
+
+    rtol: float | None = None
+    atol: float | None = None
+    method: str = "allclose"  # or "fp64": by the error against a float64 arbiter stage
+
+    def tolerances(self) -> dict[str, float | None]:
+        """The tolerances, as keyword arguments of the comparison."""
+        return {"rtol": self.rtol, "atol": self.atol}
+
+
+@dataclass(frozen=True)
 class Case:
     """One validated case file."""
 
@@ -51,7 +65,7 @@ class Case:
     tags: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
     matrix: dict[str, list[Any]] = field(default_factory=dict)
-    compare: dict[str, Any] = field(default_factory=dict)
+    compare: CompareSettings = field(default_factory=CompareSettings)
     expect: Outcome = Outcome.MATCH
     timeout: float | None = None  # seconds each stage may run, instead of --timeout
     expect_on: dict[str, Outcome] = field(default_factory=dict)  # [expect.tpu], by device kind
@@ -164,7 +178,7 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         tags=tuple(info.get("tags", ())),
         params=params,
         matrix=matrix,
-        compare={k: v if k == "method" else float(v) for k, v in sections["compare"].items()},
+        compare=_compare_settings(sections["compare"]),
         expect=expect,
         expect_on={d: o for d, o in expect_on.items() if o is not None},
         observed={
@@ -178,6 +192,11 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         exclude=combos["exclude"],
         envs=tuple(_env(name, value, where) for name, value in sections["envs"].items()),
     )
+
+
+def _compare_settings(table: dict[str, Any]) -> CompareSettings:
+    """``[compare]``, checked already: tolerances as floats (TOML may give integers)."""
+    return CompareSettings(**{k: v if k == "method" else float(v) for k, v in table.items()})
 
 
 _FREE = ("params", "matrix", "envs")  # tables whose keys are the case's own

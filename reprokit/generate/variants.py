@@ -16,11 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reprokit.environment.uv import EnvSpec
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Case, find_cases, load_case
 from reprokit.generate.templates import Template
-from reprokit.records import VariantResult
+from reprokit.records import EnvSpec, VariantResult
 
 
 @dataclass(frozen=True)
@@ -61,11 +60,11 @@ class Variant:
 
     @property
     def tolerances(self) -> dict[str, float | None]:
-        return {"rtol": self.case.compare.get("rtol"), "atol": self.case.compare.get("atol")}
+        return self.case.compare.tolerances()
 
     @property
     def method(self) -> str:
-        return self.case.compare.get("method", "allclose")
+        return self.case.compare.method
 
     @property
     def compare(self) -> dict[str, Any]:
@@ -111,9 +110,7 @@ def variant_of(result: VariantResult, case: Case) -> Variant:
     is among the parameters, but is not told apart: the result's own label says it."""
     params = dict(result.variant)
     choice = {k: params[k] for k in case.matrix if k in params}
-    env = result.env
-    spec = EnvSpec(env["name"], tuple(env["requirements"])) if env else None
-    return Variant(case, params, choice, env=spec)
+    return Variant(case, params, choice, env=result.env)
 
 
 def _shown(value: Any) -> str:

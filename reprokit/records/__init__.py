@@ -14,7 +14,8 @@ from reprokit.records.comparison import (
     divergence_summary,
     first_divergence,
 )
-from reprokit.records.environment import Environment
+from reprokit.records.environment import Environment, EnvSpec
+from reprokit.records.report import Reports
 from reprokit.records.run import (
     MARKS,
     SUMMARY,
@@ -30,23 +31,29 @@ from reprokit.records.run import (
     read_summary,
     write_summary,
 )
+from reprokit.records.xla import METRICS, Timed, XlaEvidence
 
 __all__ = [
     "MARKS",
+    "METRICS",
     "SUMMARY",
     "Change",
     "Comparison",
     "DiffSummary",
+    "EnvSpec",
     "Environment",
     "Machine",
     "MinimizeResult",
     "Outcome",
+    "Reports",
     "RunSummary",
     "Stage",
     "StageResult",
     "Status",
+    "Timed",
     "VariantResult",
     "Worst",
+    "XlaEvidence",
     "divergence_summary",
     "first_divergence",
     "read_summary",

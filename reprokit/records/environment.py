@@ -1,4 +1,5 @@
-"""The environment a maintainer asks for first, as reprokit.environment.machine captures it."""
+"""The environment a run ran in: the machine, as reprokit.environment.machine captures it, and
+the named set of requirements a variant's own environment is built from (--env, [envs])."""
 
 from __future__ import annotations
 
@@ -7,6 +8,28 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from reprokit.records._json import from_json
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """A named set of requirements to install: ``2.8`` = torch==2.8.0 and torch_xla==2.8.0.
+
+    reprokit.environment.uv builds it (and addresses it by content: ``uv.digest``); a
+    variant's result records it, as ``{"name": ..., "requirements": [...]}``."""
+
+    name: str
+    requirements: tuple[str, ...]
+
+    def label(self) -> str:
+        """``2.8 (torch==2.8.0 torch_xla==2.8.0)``: how messages name the environment."""
+        return f"{self.name} ({' '.join(self.requirements)})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "requirements": list(self.requirements)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EnvSpec:
+        return from_json(cls, data, requirements=tuple)
 
 
 @dataclass(frozen=True)

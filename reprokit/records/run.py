@@ -12,7 +12,8 @@ from typing import Any
 
 from reprokit.records._json import from_json, write_json
 from reprokit.records.comparison import Comparison, divergence_summary
-from reprokit.records.environment import Environment
+from reprokit.records.environment import Environment, EnvSpec
+from reprokit.records.xla import XlaEvidence
 
 SUMMARY = "summary.json"
 
@@ -81,13 +82,17 @@ class StageResult:
     reason: str | None = None  # why it was skipped, or what else went wrong
     metrics: dict[str, Any] = field(default_factory=dict)  # from its result.json
     described: dict[str, dict[str, Any]] = field(default_factory=dict)  # its tensors: op, source
-    xla: dict[str, Any] | None = None  # what torch_xla saw: devices, compilations, fallbacks
+    xla: XlaEvidence | None = None  # what torch_xla saw: devices, compilations, fallbacks
     error: str | None = None  # a failed stage's exception, e.g. "AssertionError: ..."
     stderr_tail: tuple[str, ...] = ()  # a failed stage's last words
     reused: str | None = None  # the run folder whose result the results cache gave instead
     versions: dict[str, str | None] | None = None  # torch, torch_xla as the stage imported them
     host: str | None = None  # the machine it ran on, when not this one (a Ray node)
     started: str | None = None  # "warm" (forked) or "cold: why"; None: never started, or older
+
+    def __post_init__(self) -> None:  # result.json's dict, as a stage's executor reads it
+        if isinstance(self.xla, Mapping):
+            object.__setattr__(self, "xla", XlaEvidence.from_json(self.xla))
 
     @property
     def failed(self) -> bool:
@@ -105,20 +110,17 @@ class StageResult:
         return f"exited with code {self.returncode}{why}"
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "status": self.status.value, "stderr_tail": list(self.stderr_tail)}
+        xla = self.xla.to_json() if self.xla is not None else None
+        return asdict(self) | {"status": self.status.value, "stderr_tail": list(self.stderr_tail),
+                               "xla": xla}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StageResult:
-        return from_json(cls, data, status=Status, stderr_tail=tuple)
+        return from_json(cls, data, status=Status, stderr_tail=tuple)  # xla: __post_init__
 
     def uncached(self) -> int | None:
-        """How many of its compilations came from no cache, when every execution needed one
-        (a loop then compiles anew each step), else None."""
-        xla = self.xla or {}
-        compiled, executed = (xla.get(k, {}).get("count", 0) for k in ("compile", "execute"))
-        if compiled > 2 and compiled >= executed and not xla.get("cached"):
-            return compiled
-        return None
+        """See :meth:`XlaEvidence.uncached`; None for a stage with no XLA evidence."""
+        return self.xla.uncached() if self.xla is not None else None
 
 
 MARKS = {True: "pass", False: "fail", None: "skip"}  # VariantResult.passed, in a word
@@ -143,12 +145,16 @@ class VariantResult:
     changed: dict[str, Any] = field(default_factory=dict)  # params not at the template's default
     expected_from: str | None = None  # the case's table that gave `expected`: [expect.tpu]...
     observed: str | None = None  # where that table says its outcome was seen ([expect] observed)
-    env: dict[str, Any] | None = None  # the environment it ran in (--env): name, requirements
+    env: EnvSpec | None = None  # the environment it ran in (--env, [envs])
+
+    def __post_init__(self) -> None:  # the dict it was: {"name": ..., "requirements": [...]}
+        if isinstance(self.env, Mapping):
+            object.__setattr__(self, "env", EnvSpec.from_json(self.env))
 
     @property
     def base_label(self) -> str:
         """The label without its environment: ``case[a]@2.8`` -> ``case[a]``."""
-        return self.label.removesuffix(f"@{self.env['name']}") if self.env else self.label
+        return self.label.removesuffix(f"@{self.env.name}") if self.env else self.label
 
     @property
     def passed(self) -> bool | None:
@@ -183,6 +189,7 @@ class VariantResult:
             passed=self.passed,
             stages=[s.to_json() for s in self.stages],
             comparisons=[c.to_json() for c in self.comparisons],
+            env=self.env.to_json() if self.env is not None else None,
         )
         return data
 
@@ -195,7 +202,7 @@ class VariantResult:
             expected=Outcome,
             stages=lambda items: tuple(map(StageResult.from_json, items)),
             comparisons=lambda items: tuple(map(Comparison.from_json, items)),
-        )
+        )  # env: __post_init__
 
 
 @dataclass(frozen=True)

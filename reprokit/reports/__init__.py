@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
-from reprokit.records import SUMMARY, RunSummary, read_summary
+from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
 from reprokit.reports.build import build_report, headline
 from reprokit.reports.bundle import write_bundle
 from reprokit.reports.markdown import BUNDLE, markdown
@@ -30,8 +30,8 @@ def load(run_dir: Path) -> RunSummary:
         raise ReprokitError(f"summary.json is not readable: {exc}", path) from None
 
 
-def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None = None):
-    """Write the asked-for reports (and always bundle.zip); return their paths."""
+def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None = None) -> Reports:
+    """Write the asked-for reports (and always bundle.zip); return the summary and their paths."""
     if formats not in FORMATS:
         raise ReprokitError(f"unknown format {formats!r}", hint=f"Use one of {', '.join(FORMATS)}.")
     summary = load(run_dir)
@@ -50,7 +50,7 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
         written.append(_write(out_dir / "report.json", redact_text(json.dumps(data, indent=2))))
 
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
-    return summary, written
+    return Reports(summary, tuple(written))
 
 
 def _write(path: Path, text: str) -> Path:

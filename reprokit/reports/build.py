@@ -105,8 +105,8 @@ def expected(variants: list[VariantResult]) -> tuple[Text, ...]:
 
 def environment(summary: RunSummary) -> EnvironmentSection:
     """The backend as the XLA stages saw it, the versions, then the environment tables."""
-    seen = {(s.xla["device_kind"], s.xla["devices"]) for v in summary.variants for s in v.stages
-            if s.xla and "device_kind" in s.xla}  # fmt: skip
+    seen = {(s.xla.device_kind, s.xla.devices) for v in summary.variants for s in v.stages
+            if s.xla and s.xla.device_kind is not None}  # fmt: skip
     kinds = sorted({kind for kind, _ in seen}) or [summary.xla_device or "?"]
     versions = summary.env.versions
     facts = [f"Reproducible on XLA backend [{'/'.join(kinds)}]"]
@@ -141,17 +141,17 @@ def machines_table(summary: RunSummary) -> Table:
 def envs_table(variants: tuple[VariantResult, ...]) -> Table | None:
     """Variants run in environments (--env): the outcome of each in each, and what its stages
     really imported; None when none ran in one."""
-    envs = list(dict.fromkeys(v.env["name"] for v in variants if v.env))
+    envs = list(dict.fromkeys(v.env.name for v in variants if v.env))
     if not envs:
         return None
     outcomes: dict[str, dict[str, str]] = {}
     imported: dict[str, str] = {}
     for v in (v for v in variants if v.env):
-        outcomes.setdefault(v.base_label, {})[v.env["name"]] = v.outcome.value
+        outcomes.setdefault(v.base_label, {})[v.env.name] = v.outcome.value
         found = next((s.versions for s in v.stages if (s.versions or {}).get("torch_xla")),
                      None)  # fmt: skip
         if found:
-            imported[v.env["name"]] = f"torch {found['torch']}, torch_xla {found['torch_xla']}"
+            imported[v.env.name] = f"torch {found['torch']}, torch_xla {found['torch_xla']}"
     rows = [[label, *(row.get(e, "") for e in envs)] for label, row in outcomes.items()]
     rows.append(["imported", *(imported.get(e, "?") for e in envs)])
     cells = tuple(tuple(map(Cell, row)) for row in rows)

@@ -146,17 +146,15 @@ def xla_table(stages: tuple[StageResult, ...]) -> Table | None:
     operations that fell back to the CPU."""
     rows = []
     for stage in (s for s in stages if s.xla):
-        x = stage.xla or {}
-        count = {k: x.get(k, {}).get("count", 0) for k in ("compile", "execute")}
-        seconds = {k: x.get(k, {}).get("seconds", 0) for k in ("compile", "execute")}
-        to, back = (x.get(k, {}).get("count", 0) for k in ("to_device", "from_device"))
+        x = stage.xla
+        devices = "?" if x.devices is None else x.devices
         rows.append((
             Cell(stage.name, code=True),
-            Cell(f"{x.get('devices', '?')} x {x.get('device_kind', '?')}"),
-            Cell(f"{count['compile']} ({seconds['compile']:.2f} s)"),
-            Cell(f"{count['execute']} ({seconds['execute']:.2f} s)"),
-            Cell(f"{to} / {back}"),
-            Names(tuple(x.get("fallbacks", []))),
+            Cell(f"{devices} x {x.device_kind or '?'}"),
+            Cell(f"{x.compile.count} ({x.compile.seconds:.2f} s)"),
+            Cell(f"{x.execute.count} ({x.execute.seconds:.2f} s)"),
+            Cell(f"{x.to_device.count} / {x.from_device.count}"),
+            Names(x.fallbacks),
         ))  # fmt: skip
     if not rows:
         return None

@@ -22,10 +22,26 @@ XLA_DEVICES = ("CPU", "TPU", "CUDA")
 SPMD_DEVICES = 4  # virtual CPU devices for xla_spmd when the variant does not say
 
 
+# Which accelerators are here is decided in this module, for all of reprokit's own code (the
+# scheduler, the results cache, the pytest plugin's xdist group). The rendered scripts decide
+# it again in main() of templates/_protocol.py.j2 (libtpu and /dev/accel0 or /dev/vfio: the
+# same answer): a script is standalone, it cannot import reprokit, so that copy stays.
+
+
+def has_tpu() -> bool:
+    """A TPU is attached (/dev/accel*, or /dev/vfio on newer TPU VMs) and libtpu installed."""
+    attached = bool(glob.glob("/dev/accel*")) or os.path.exists("/dev/vfio")
+    return attached and importlib.util.find_spec("libtpu") is not None
+
+
+def has_nvidia_gpu() -> bool:
+    """An NVIDIA GPU device node is here (whether torch can use it: :func:`unavailable`)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
 def default_xla_device() -> str:
     """TPU where libtpu is installed and a TPU is attached, else CPU (as the scripts decide)."""
-    has_tpu_device = bool(glob.glob("/dev/accel*")) or os.path.exists("/dev/vfio")
-    return "TPU" if has_tpu_device and importlib.util.find_spec("libtpu") else "CPU"
+    return "TPU" if has_tpu() else "CPU"
 
 
 def stage_env(
@@ -69,7 +85,7 @@ def unavailable(backend: str) -> str | None:
 
 @functools.cache
 def _cuda_missing() -> str | None:
-    if not glob.glob("/dev/nvidia[0-9]*"):
+    if not has_nvidia_gpu():
         return "no NVIDIA GPU here: no /dev/nvidia* device"
     probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
     try:

@@ -22,28 +22,22 @@ An executor like any other (it wraps one), so that the scheduler knows nothing o
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import re
 import shutil
 import sys
-import tempfile
 import threading
 import warnings
 from dataclasses import replace
 from pathlib import Path
 
 from reprokit.environment.machine import versions
+from reprokit.environment.variables import steering
 from reprokit.errors import ReprokitWarning
-from reprokit.infra.caching import cache_root, content_digest
+from reprokit.infra.caching import Store, content_digest, read_json
 from reprokit.records import Stage, StageResult, Status, write_json
 from reprokit.runner import backends
 from reprokit.runner.options import Options
 from reprokit.runner.stage import Executor, StageJob, capabilities_of
 
-# What in a stage's environment can change its result: XLA, PJRT, TPU, torch, CUDA, threads.
-STEERING = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|LIBTPU|CPU_NUM_DEVICES$|TORCH|CUDA|NCCL_|OMP_|"
-                      r"MKL_|KMP_|PYTHONHASHSEED$|REPROKIT_)")  # fmt: skip
 UNSTABLE = {"result.json", "graphs.hlo"}  # timings, addresses: not part of what a stage made
 LARGEST = 1 << 30  # bytes: a stage folder larger than this is not kept
 
@@ -54,7 +48,7 @@ class CachingExecutor:
     def __init__(self, inner: Executor, options: Options, run_dir: Path) -> None:
         self.inner, self.options, self.run_dir = inner, options, run_dir
         self.capabilities = capabilities_of(inner)  # it runs nothing itself: the inner's
-        self.folder = cache_root() / "results"
+        self.store = Store("results")  # an entry: KEY/record.json and KEY/stage/
         self.warned: set[Path] = set()
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
@@ -79,13 +73,13 @@ class CachingExecutor:
         parts = {
             "files": _digest(job.folder, skip=("stages",)),
             "stage": [stage.name, stage.backend, stage.devices, list(stage.needs)],
-            "env": sorted((k, v) for k, v in env.items() if STEERING.match(k)),
+            "env": steering(env),
             "python": [job.python or options.python, sys.version],
             "versions": versions(),
             "device": options.xla_device,
             "needs": {n: _digest(job.folder / "stages" / n) for n in sorted(stage.needs)},
         }
-        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+        return Store.key(parts)
 
     def _writes_elsewhere(self, job: StageJob) -> bool:
         """Whether the variant's stages wrote in ``stages/`` beside their own folders (warned
@@ -107,11 +101,13 @@ class CachingExecutor:
         return bool(stray)
 
     def _get(self, key: str, job: StageJob) -> StageResult | None:
-        entry = self.folder / key
+        entry = self.store.get_folder(key)
+        if entry is None:
+            return None
+        data = read_json(entry / "record.json")
         try:
-            data = json.loads((entry / "record.json").read_text("utf-8"))
             result = StageResult.from_json(data["result"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):  # none, or another version's
             return None
         target = job.folder / "stages" / job.stage.name
         shutil.rmtree(target, ignore_errors=True)
@@ -123,15 +119,13 @@ class CachingExecutor:
         source = job.folder / "stages" / job.stage.name
         if _size(source) > LARGEST:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        temp = Path(tempfile.mkdtemp(dir=self.folder, prefix=".new-"))
-        try:
-            shutil.copytree(source, temp / "stage", symlinks=True)
-            run = str(self.run_dir.resolve())
-            write_json(temp / "record.json", {"result": result.to_json(), "run": run})
-            os.rename(temp, self.folder / key)
-        except OSError:  # another run kept it first, or the disk is full: no entry then
-            shutil.rmtree(temp, ignore_errors=True)
+        run = str(self.run_dir.resolve())
+
+        def fill(entry: Path) -> None:
+            shutil.copytree(source, entry / "stage", symlinks=True)
+            write_json(entry / "record.json", {"result": result.to_json(), "run": run})
+
+        self.store.put_folder(key, fill)  # None: another run kept it first, or the disk is full
 
 
 def _keeps(result: StageResult) -> bool:

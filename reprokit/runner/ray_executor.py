@@ -27,7 +27,6 @@ import concurrent.futures as cf
 import contextlib
 import logging
 import os
-import re
 import shutil
 import socket
 import sys
@@ -38,11 +37,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reprokit.environment.variables import NODE_OWN, RAY_SETS, STEERING
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import is_secret_name, secret_values
 from reprokit.records import Stage, StageResult, Status
 from reprokit.runner import signals
-from reprokit.runner.cache import STEERING
 from reprokit.runner.options import Options
 from reprokit.runner.stage import Capabilities, LocalExecutor, StageJob, cold, last_words
 from reprokit.runner.stage_files import Shared, inputs, made_files, pack, snapshot, unpack
@@ -51,12 +50,6 @@ INSTALL = "pip install 'reprokit[ray]'"
 POLL = 0.1  # seconds between looks at a task and at the stop flag
 HANDBACK = 10.0  # seconds past the grace for a cancelled task to stop its stage and return
 PROBE = 5.0  # seconds to reach a cluster's address before ray.init (which would wait forever)
-# The driver's variables that steer a stage travel with it (the results cache keys on them),
-# except those naming a node's own devices: Ray sets CUDA_VISIBLE_DEVICES, TPU_VISIBLE_CHIPS.
-NODE_OWN = re.compile(r"VISIBLE|^TPU_")
-# What Ray sets in every task (OMP_NUM_THREADS=1 for a task of one CPU): a stage gets the
-# driver's value, or none, as it would here (torch's default threads, the results cache's key).
-RAY_SETS = ("OMP_NUM_THREADS",)
 STARTED = cold("a Ray task starts its stage in a fresh Python")  # every stage's record
 WORKSPACE = "reprokit-ray-"  # a stage's temporary folder on a node: reprokit-ray-<pid>-<random>
 # Ray errors that mean the worker (or its node) died under the stage: its group was killed.

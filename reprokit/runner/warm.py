@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reprokit.environment.variables import RUNTIME_READ
 from reprokit.records import Status
 from reprokit.runner import signals
 from reprokit.runner.dag import parse_python
@@ -52,9 +53,6 @@ from reprokit.runner.stage import LIST_STAGES, WARM, Launch, LocalExecutor, cold
 from reprokit.runner.watchdog import WATCHDOG
 
 SERVER = Path(__file__).with_name("warm_server.py")
-RUNTIME_READ = frozenset(
-    {"CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_SAVE_TENSORS_FMT", "XLA_SAVE_TENSORS_FILE"}
-)
 WARM_BACKENDS = ("cpu", "xla", "xla_spmd")
 COLD_ASKED = "--cold"  # the why of a stage when the run asked for no warm start
 MAX_SERVERS = 4  # distinct environments in one run; more start cold

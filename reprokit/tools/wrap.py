@@ -19,12 +19,12 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from reprokit.environment.machine import capture as capture_env
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
-from reprokit.records import Outcome, RunSummary, Status, VariantResult, write_summary
+from reprokit.records import Outcome, RunSummary, Status, VariantResult, XlaEvidence, write_summary
+from reprokit.records.xla import CACHED
 from reprokit.runner import backends
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import now
@@ -35,12 +35,6 @@ DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)
     "PT_XLA_DEBUG_LEVEL": "1",  # messages on compilations, transfers, fallbacks
     "XLA_IR_DEBUG": "1",  # IR nodes carry the Python frame that made them
     "XLA_HLO_DEBUG": "1",  # and so do the HLO instructions
-}
-_METRICS = {  # a stage's record: torch_xla's metrics (SPMD executions are "replicated" ones)
-    "compile": ("CompileTime",),
-    "execute": ("ExecuteTime", "ExecuteReplicatedTime"),
-    "to_device": ("TransferToDeviceTime",),
-    "from_device": ("TransferFromDeviceTime",),
 }
 
 
@@ -99,23 +93,25 @@ def exit_code(summary: RunSummary) -> int:
     return 128 - stage.returncode if stage.returncode < 0 else stage.returncode
 
 
-def read_metrics(path: Path) -> dict[str, Any] | None:
-    """torch_xla's last metrics report, as a stage of a case records it (no device count)."""
+def read_metrics(path: Path) -> XlaEvidence | None:
+    """torch_xla's last metrics report, as a stage of a case records it (no device count;
+    how often each operation fell back, which a stage does not say)."""
     try:
         text = path.read_text("utf-8", "replace")
     except OSError:
         return None
     last = text.rsplit("[MetricsData", 1)[-1]
-    found: dict[str, Any] = {}
-    for key, names in _METRICS.items():
-        blocks = [re.search(rf"Metric: {name}\n  TotalSamples: (\d+)\n  Accumulator: (\S+)", last)
-                  for name in names]  # fmt: skip
-        found[key] = {"count": sum(int(b[1]) for b in blocks if b),
-                      "seconds": round(sum(_seconds(b[2]) for b in blocks if b), 4)}  # fmt: skip
-    cached = re.search(r"Counter: CachedCompile\n  Value: (\d+)", last)
-    found["cached"] = int(cached[1]) if cached else 0
-    found["fallbacks"] = sorted(set(re.findall(r"Counter: (aten::\w+)", last)))
-    return found
+
+    def metric(name: str) -> tuple[int, float]:
+        found = re.search(rf"Metric: {name}\n  TotalSamples: (\d+)\n  Accumulator: (\S+)", last)
+        return (int(found[1]), _seconds(found[2])) if found else (0, 0.0)
+
+    counted = re.findall(r"Counter: (\S+)\n  Value: (\d+)", last)
+    counters = {name: int(value) for name, value in counted}
+    fallbacks = {name: n for name, n in counters.items() if name.startswith("aten::")}
+    return XlaEvidence.from_metrics(
+        metric, cached=counters.get(CACHED, 0), fallbacks=fallbacks, fallback_counts=fallbacks
+    )
 
 
 def _seconds(text: str) -> float:

@@ -7,7 +7,7 @@ import pytest
 from conftest import TEST_TEMPLATES
 
 from reprokit.errors import ReprokitError
-from reprokit.generate.cases import load_case
+from reprokit.generate.cases import CompareSettings, load_case
 from reprokit.generate.templates import builtin_dir
 from reprokit.generate.variants import load_variants, parse_sets, variants
 
@@ -199,3 +199,18 @@ def test_an_unknown_name_suggests_the_closest(cli, write_case):
     assert "unknown template 'module_foward'; did you mean module_forward?" in result.stderr
     result = cli("render", "zzz_nothing_like_it")
     assert "did you mean" not in result.stderr  # no suggestion when nothing is close
+
+
+def test_compare_is_a_record_with_the_templates_defaults(write_case):
+    """[compare] tolerances as floats (TOML gives integers too), None where the case says
+    nothing (torch.testing's default for the dtype), and the method."""
+    plain = load_case(write_case(GOOD), templates=[TEST_TEMPLATES])
+    assert plain.compare == CompareSettings(None, None, "allclose")
+    (only,) = variants(plain)
+    assert only.compare == {"rtol": None, "atol": None, "method": "allclose"}  # templates see
+    path = write_case(GOOD + "[compare]\natol = 1\nmethod = 'fp64'\n")
+    judged = load_case(path, templates=[TEST_TEMPLATES])
+    assert judged.compare == CompareSettings(atol=1.0, method="fp64")
+    assert isinstance(judged.compare.atol, float)
+    (variant,) = variants(judged)
+    assert (variant.tolerances, variant.method) == ({"rtol": None, "atol": 1.0}, "fp64")

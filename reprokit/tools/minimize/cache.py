@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from reprokit.environment.machine import versions
-from reprokit.environment.uv import EnvSpec
-from reprokit.infra.caching import cache_root
-from reprokit.records import VariantResult, write_json
+from reprokit.environment.uv import digest
+from reprokit.infra.caching import Store
+from reprokit.records import EnvSpec, VariantResult
 from reprokit.runner.options import Options
 
 
@@ -18,15 +18,14 @@ class Cache:
     """Variant results by script content and environment, kept across calls."""
 
     def __init__(self, folder: Path | None = None) -> None:
-        self.folder = Path(folder or cache_root()) / "minimize"
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.store = Store("minimize", root=folder)
 
     @staticmethod
     def key(script: str, options: Options, env: EnvSpec | None = None) -> str:
         """The script, how it runs, and the interpreter that runs it: the variant's environment
         (``[envs]``, ``--env``) by its content address, else reprokit's own python."""
         if env is not None:  # its requirements, for which python, from which index
-            interpreter: object = {"env": env.digest()}
+            interpreter: object = {"env": digest(env)}
         else:
             interpreter = {"python": options.python, "version": sys.version, "packages": versions()}
         environment = [options.xla_device, options.timeout, interpreter]
@@ -34,11 +33,11 @@ class Cache:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> VariantResult | None:
-        path = self.folder / f"{key}.json"
+        data = self.store.get_json(key)
         try:
-            return VariantResult.from_json(json.loads(path.read_text("utf-8")))
-        except (OSError, ValueError, KeyError):
+            return VariantResult.from_json(data) if isinstance(data, dict) else None
+        except (ValueError, KeyError, TypeError):  # another version's
             return None
 
     def put(self, key: str, result: VariantResult) -> None:
-        write_json(self.folder / f"{key}.json", result.to_json())
+        self.store.put_json(key, result.to_json())

@@ -1,0 +1,42 @@
+"""The environment variables that matter, named once: which ones each part of reprokit looks at.
+
+They are several sets because they answer several questions, and the answers differ on
+purpose:
+
+- :data:`XLA_VARIABLES`: what the environment capture *shows* a maintainer (summary.json,
+  report.md): torch_xla's, PJRT's, the TPU runtime's. Narrow, as a report is read by people.
+- :data:`STEERING`: what can change a stage's *result*, so the results cache keys on it:
+  XLA_VARIABLES' families and more (torch, CUDA, NCCL, the thread pools, the hash seed,
+  reprokit's own). Wide: a variable left out would reuse a result it should not.
+- :data:`RUNTIME_READ`: what torch_xla reads only when its runtime starts, in the stage, and
+  not at import; the warm start server may differ in these from the stage it forks (and
+  must, for the device count), so they are left out of a server's identity.
+- :data:`NODE_OWN`: the STEERING variables that a Ray node sets for its own devices
+  (CUDA_VISIBLE_DEVICES, TPU_VISIBLE_CHIPS): the driver's values do not travel to a task.
+- :data:`RAY_SETS`: what Ray sets in every task (OMP_NUM_THREADS=1 for a task of one CPU):
+  a stage gets the driver's value, or none, as it would here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+XLA_VARIABLES = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|CPU_NUM_DEVICES$|XRT_|LIBTPU_)")
+STEERING = re.compile(r"^(PJRT_|XLA_|TPU_|PT_XLA_|LIBTPU|CPU_NUM_DEVICES$|TORCH|CUDA|NCCL_|OMP_|"
+                      r"MKL_|KMP_|PYTHONHASHSEED$|REPROKIT_)")  # fmt: skip
+RUNTIME_READ = frozenset(
+    {"CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_SAVE_TENSORS_FMT", "XLA_SAVE_TENSORS_FILE"}
+)
+NODE_OWN = re.compile(r"VISIBLE|^TPU_")
+RAY_SETS = ("OMP_NUM_THREADS",)
+
+
+def shown(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` that the environment capture shows, sorted by name."""
+    return {k: v for k, v in sorted(environ.items()) if XLA_VARIABLES.match(k)}
+
+
+def steering(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The variables of ``environ`` that can change a stage's result, sorted by name."""
+    return sorted((k, v) for k, v in environ.items() if STEERING.match(k))

@@ -1,0 +1,31 @@
+"""What ``reprokit.report`` gives back: the summary it read, and the files it wrote."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reprokit.records.run import RunSummary
+
+
+@dataclass(frozen=True)
+class Reports:
+    """The run's summary and the reports written from it (report.md, report.html, report.json
+    as asked, and bundle.zip), in that order."""
+
+    summary: RunSummary
+    written: tuple[Path, ...]
+
+    def __iter__(self) -> Iterator[Any]:
+        """``summary, written = reprokit.report(...)``: as when it returned the pair."""
+        return iter((self.summary, list(self.written)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"summary": self.summary.to_json(), "written": [str(p) for p in self.written]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Reports:
+        written = tuple(map(Path, data["written"]))
+        return cls(RunSummary.from_json(data["summary"]), written)
