@@ -7,8 +7,8 @@ from pathlib import Path
 
 from reprokit.records import (
     Comparison,
-    EnvSpec,
     Environment,
+    EnvSpec,
     Machine,
     Outcome,
     RunSummary,
