@@ -146,7 +146,9 @@ def test_the_results_table_puts_what_failed_first_and_counts_reused_stages(tmp_p
 
 def test_a_merged_run_shows_each_machine_and_environments_their_outcomes(tmp_path):
     ran = (StageResult("xla", "xla", Status.OK, versions={"torch": "2.8", "torch_xla": "2.8"}),)
-    in_envs = tuple(passing(f"demo@{name}", env=EnvSpec(name, ()), stages=ran) for name in ("a", "b"))
+    in_envs = tuple(
+        passing(f"demo@{name}", env=EnvSpec(name, ()), stages=ran) for name in ("a", "b")
+    )
     machines = (Machine("runs/cpu", Environment(python="3.11"), ("cpu",), "CPU"),
                 Machine("runs/xla", Environment(python="3.12"), ("xla",)))  # fmt: skip
     summary = RunSummary(started="now", variants=in_envs, machines=machines)
