@@ -6,8 +6,8 @@ secrets and load, each measured in this run (issue 7).
 A bug-report kit runs strangers' case files, checkpoints and crashing accelerator code: it must
 keep working, lose nothing and leak nothing. Each check below returns figures (name, value,
 target, ok); the table at the end says which hold. tests/test_reliability.py runs the same
-checks with small sizes (``--quick`` is close to it). The checks live in
-bench/reliability_py so that the tests import them.
+checks with small sizes (``--quick`` is close to it). The checks live with the tests, in
+tests/checks/reliability_*.py (pytest's ``pythonpath`` finds them; this script adds the folder).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "checks"))
 from reliability_common import Figure, table
 from reliability_hostile import hostile_render, hostile_run
 from reliability_runs import EXPECTED, faults, interrupts, load, test_points

@@ -1,6 +1,6 @@
 """Reliability and safety (issue 7): the fast part of bench/reliability.py, plus the findings.
 
-The checks are bench/reliability_*.py's, run here with small sizes; bench/reliability.py runs
+The checks are tests/checks/reliability_*.py's, run here with small sizes; bench/reliability.py runs
 them with thousands of inputs and dozens of interrupts, and prints the figures. What the other
 test files already cover is not repeated: test_fuzz.py fuzzes `reprokit render`, test_run.py
 and test_procs.py classify raise/abort/hang/grandchild and one interrupt, test_diff_cli.py
@@ -17,11 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import reliability_runs as runs
 import reliability_safety as safety
 from reliability_common import FAULT_TEMPLATES, Figure, orphans, table

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from reliability_common import FAULT_TEMPLATES, orphans
 
 from reprokit.generate.variants import load_variants
 from reprokit.records import Status, read_summary
@@ -19,9 +20,6 @@ from reprokit.runner import warm
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 from reprokit.runner.stage import Launch
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
-from reliability_common import FAULT_TEMPLATES, orphans
 
 CASES = Path(__file__).parents[2] / "cases"
 MODES = ["ok", "exit3", "raise", "abort", "segfault", "hang", "grandchild"]

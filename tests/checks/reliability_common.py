@@ -1,4 +1,5 @@
-"""What the checks of bench/reliability.py share: figures, the table, the orphan hunt.
+"""What the reliability checks share (tests/test_reliability.py runs them small,
+bench/reliability.py large): figures, the table, the orphan hunt.
 
 Each check (reliability_hostile, reliability_runs, reliability_safety) makes its own files under
 the folder it is given and returns figures. A check never asserts: a figure that misses its
@@ -13,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 FAULT_TEMPLATES = DATA / "reliability"  # faults.py.j2: a script that misbehaves as told
 ECHO_TEMPLATES = DATA / "templates"  # echo.py.j2: the template tests/generate/test_fuzz.py fuzzes

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from reliability_common import ECHO_TEMPLATES, FAULT_TEMPLATES, Figure, files_under, info, zero
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # test_fuzz's conftest
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "generate"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test_fuzz's conftest
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generate"))
 from test_fuzz import JINJA, TRICKS, as_bytes, documents, mutations
 
 from reprokit.cli import app
