@@ -12,6 +12,7 @@ import importlib.util
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -326,3 +327,15 @@ def test_render_puts_the_program_beside_the_script(cli, tmp_path):
     shipped = Path(__file__).parents[1] / "cases" / "captured_cnn_bf16.pt2"
     assert (tmp_path / "captured_cnn_bf16.pt2").read_bytes() == shipped.read_bytes()
     check_program(tmp_path / "captured_cnn_bf16.pt2")
+
+
+def test_render_into_the_cases_own_folder_leaves_its_program_as_it_is(cli, tmp_path):
+    """The program is already where the script will look for it (was: SameFileError)."""
+    shipped = Path(__file__).parents[1] / "cases"
+    for name in ("captured_cnn_bf16.toml", "captured_cnn_bf16.pt2"):
+        shutil.copyfile(shipped / name, tmp_path / name)
+    result = cli("render", tmp_path / "captured_cnn_bf16.toml", "-o", tmp_path / "repro.py")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output and (tmp_path / "repro.py").is_file()
+    program = (tmp_path / "captured_cnn_bf16.pt2").read_bytes()
+    assert program == (shipped / "captured_cnn_bf16.pt2").read_bytes()

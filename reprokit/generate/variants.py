@@ -83,7 +83,8 @@ class Variant:
         """Put the files its ``file`` parameters name into ``folder``, beside its script."""
         copied = [Path(folder) / name for name in self.files]
         for target, source in zip(copied, self.files.values(), strict=True):
-            shutil.copyfile(source, target)
+            if not (target.exists() and target.samefile(source)):  # rendered beside its case
+                shutil.copyfile(source, target)
         return copied
 
     def script_params(self) -> dict[str, Any]:
