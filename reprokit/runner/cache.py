@@ -79,6 +79,8 @@ class CachingExecutor:
             "device": options.xla_device,
             "needs": {n: _digest(job.folder / "stages" / n) for n in sorted(stage.needs)},
         }
+        if options.dump_hlo and stage.backend.startswith("xla"):  # a stage run without it
+            parts["dump_hlo"] = True  # left no graphs.hlo to bring back (other keys unchanged)
         return Store.key(parts)
 
     def _writes_elsewhere(self, job: StageJob) -> bool:

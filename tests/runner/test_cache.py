@@ -180,3 +180,24 @@ def test_a_rerun_from_the_cache_compares_without_torch(tmp_path):
         results.append((variant["outcome"], variant["comparisons"], variant["first_divergence"]))
         assert all(bool(s["reused"]) == bool(n) for s in variant["stages"])
     assert results[0] == results[1] and results[0][0] == "mismatch"
+
+
+def test_dump_hlo_after_a_plain_run_runs_the_xla_stage_and_leaves_its_hlo(tmp_path):
+    """--dump-hlo asks for graphs.hlo, which a stage run without it never wrote."""
+    data = Path(__file__).parents[1] / "data" / "templates"
+    case = tmp_path / "eig.toml"
+    case.write_text('[case]\ntitle = "eig"\ntemplate = "fallback"\n')
+
+    def once(name: str, **options) -> dict[str, str | None]:
+        (variant,) = load_variants([str(case)], templates=[data])
+        summary = run(
+            [variant], run_dir=tmp_path / name, options=Options(templates=(data,), **options)
+        )
+        return {s.name: s.reused for s in summary.variants[0].stages}
+
+    assert once("plain") == {"eig_cpu": None, "eig_xla": None}
+    dumped = once("dumped", dump_hlo=True)
+    assert dumped["eig_cpu"] is not None and dumped["eig_xla"] is None  # the CPU stage: as it was
+    assert list((tmp_path / "dumped/eig/stages/eig_xla").glob("graphs.hlo*"))
+    assert once("again", dump_hlo=True)["eig_xla"] is not None  # kept with its HLO in turn
+    assert list((tmp_path / "again/eig/stages/eig_xla").glob("graphs.hlo*"))
