@@ -21,7 +21,7 @@ import pytest
 from reprokit.errors import ReprokitError
 from reprokit.records import Outcome, VariantResult
 from reprokit.runner import backends
-from reprokit.runner.options import Options
+from reprokit.runner.run_options import RUN_OPTIONS, RunOption, build_options, environments
 
 if TYPE_CHECKING:
     from reprokit.generate.variants import Variant
@@ -31,36 +31,33 @@ WORST = 3  # differing tensors shown in a failure
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """The run options of ``reprokit run`` (declared once, runner/run_options.py) as
+    ``--reprokit-NAME``, and where items keep their run folders."""
     group = parser.getgroup("reprokit", "reprokit case files (cases/*.toml)")
-    group.addoption(
-        "--reprokit-templates",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a folder of your own templates (wins over the built-in ones)",
-    )
-    group.addoption(
-        "--reprokit-timeout", type=float, default=None, metavar="S", help="seconds per stage"
-    )
-    group.addoption("--reprokit-xla-device", default=None, metavar="D", help="CPU, TPU or CUDA")
-    group.addoption(
-        "--reprokit-cold", action="store_true", help="every stage a fresh Python (no warm start)"
-    )
-    group.addoption(
-        "--reprokit-executor",
-        default="local",
-        choices=("local", "ray"),
-        help="where stages run: local, or ray (a Ray cluster)",
-    )
-    group.addoption(
-        "--reprokit-ray-address", default=None, metavar="ADDR", help="the Ray cluster to join"
-    )
+    for option in RUN_OPTIONS:
+        group.addoption(option.plugin_flag, dest=option.plugin_dest, **_argparse(option))
     group.addoption(
         "--reprokit-run-dir",
         default=None,
         metavar="DIR",
         help="keep each item's run folder under DIR (default: pytest's temporary folder)",
     )
+
+
+def _argparse(option: RunOption) -> dict[str, Any]:
+    """How argparse (under pytest's parser) reads the option."""
+    if option.kind is bool:
+        return {"action": "store_true", "help": option.help}
+    read: dict[str, Any] = {"metavar": option.metavar, "help": option.help}
+    if option.repeated:
+        return read | {"action": "append", "default": []}
+    if option.choices:
+        read["choices"] = option.choices
+    return read | {"type": option.kind if option.kind is float else str, "default": option.default}
+
+
+def _run_values(config: pytest.Config) -> dict[str, Any]:
+    return {option.name: config.getoption(option.plugin_dest) for option in RUN_OPTIONS}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,9 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
         # uses it, rather than starting (seconds) and stopping a Ray of its own.
         from reprokit.runner.ray_executor import RayExecutor
 
-        address = config.getoption("reprokit_ray_address")
         try:
-            session_ray = RayExecutor(Options(executor="ray", ray_address=address))
+            session_ray = RayExecutor(build_options(_run_values(config)))
         except ReprokitError as exc:  # no Ray installed, no cluster there: one line, exit 4
             raise pytest.UsageError(str(exc)) from None
         config.add_cleanup(session_ray.close)
@@ -98,9 +94,10 @@ class CaseFile(pytest.File):
         from reprokit.generate.cases import load_case
         from reprokit.generate.variants import variants
 
-        case = load_case(self.path, templates=_templates(self.config))
+        values = _run_values(self.config)
+        case = load_case(self.path, templates=tuple(map(Path, values["templates"])))
         group = _exclusive_group(self.config)
-        for variant in variants(case):
+        for variant in variants(case, envs=environments(values)):
             item = CaseItem.from_parent(self, name=variant.label, variant=variant)
             if group:
                 item.add_marker(pytest.mark.xdist_group(group))
@@ -131,15 +128,8 @@ class CaseItem(pytest.Item):
         import reprokit  # the runner: only once an item runs
 
         config = self.config
-        options = Options(
-            jobs=1 if hasattr(config, "workerinput") else os.cpu_count() or 1,  # xdist: 1 each
-            timeout=config.getoption("reprokit_timeout") or Options.timeout,
-            xla_device=backends.xla_device(config.getoption("reprokit_xla_device")),
-            templates=_templates(config),
-            warm=not config.getoption("reprokit_cold"),
-            executor=config.getoption("reprokit_executor"),
-            ray_address=config.getoption("reprokit_ray_address"),
-        )
+        jobs = 1 if hasattr(config, "workerinput") else os.cpu_count() or 1  # xdist: 1 each
+        options = build_options(_run_values(config), jobs=jobs)
         run_dir = _run_dir(config, self.variant.label)
         try:
             summary = reprokit.run(
@@ -186,10 +176,6 @@ def failure_message(result: VariantResult, folder: Path) -> str:
         lines.append(f"  {failed.name} printed nothing on stderr")
     lines.append(f"  run folder: {folder}")
     return "\n".join(lines)
-
-
-def _templates(config: pytest.Config) -> tuple[Path, ...]:
-    return tuple(Path(d) for d in config.getoption("reprokit_templates"))
 
 
 def _run_dir(config: pytest.Config, label: str) -> Path:

@@ -170,3 +170,29 @@ def test_list_and_report_work_without_torch(tmp_path):
     assert "act.0 agrees; act.1 is the first to differ" in body  # read without torch
     assert (tmp_path / "run" / "report.html").is_file()
     assert (tmp_path / "run" / "bundle.zip").is_file()
+
+
+# The options only `reprokit run` takes (what to run, where to write) and only the plugin takes
+# (pytest picks the items and the parallelism): every other option is a run option, both sides.
+CLI_ONLY = {"-n", "-o", "--output", "-k", "--set", "--cases", "--help"}
+PLUGIN_ONLY = {"--reprokit-run-dir"}
+
+
+def test_the_cli_and_the_plugin_take_the_same_run_options():
+    import pytest
+    import typer
+
+    from reprokit import plugin
+    from reprokit.cli import app
+    from reprokit.runner.run_options import RUN_OPTIONS
+
+    run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    cli = {flag for param in run.params for flag in param.opts if flag.startswith("-")}
+    parser = pytest.Parser(_ispytest=True)
+    plugin.pytest_addoption(parser)
+    taken = {name for option in parser.getgroup("reprokit").options for name in option.names()}
+    assert cli - CLI_ONLY == {option.flag for option in RUN_OPTIONS}
+    assert taken - PLUGIN_ONLY == {option.plugin_flag for option in RUN_OPTIONS}
+    assert {f.removeprefix("--") for f in cli - CLI_ONLY} == {
+        f.removeprefix("--reprokit-") for f in taken - PLUGIN_ONLY
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.generate.variants import load_variants
+from reprokit.records import read_summary
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 
@@ -117,3 +119,59 @@ def test_the_builtin_cases_are_items(tmp_path):
     shutil.copytree(ROOT / "cases", tmp_path / "cases")
     done = pytest_in(tmp_path, "--collect-only", "-q", "cases")
     assert "cases/xser_to_spmd.toml::xser_to_spmd" in done.stdout, done.stdout + done.stderr
+
+
+RECORD_ITEMS = """
+import os
+
+def pytest_runtest_setup(item):
+    marker = item.get_closest_marker("xdist_group")
+    group = marker.args[0] if marker else None
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    with open(os.path.join(os.path.dirname(__file__), "ran.txt"), "a") as ran:
+        ran.write(f"{item.name} {worker} {group}\\n")
+"""
+
+
+def ran(folder: Path) -> dict[str, tuple[str, str]]:
+    """Each item that ran: the xdist worker it ran in, and its xdist group."""
+    rows = [line.split() for line in (folder / "ran.txt").read_text().splitlines()]
+    return {name: (worker, group) for name, worker, group in rows}
+
+
+def test_items_on_an_exclusive_accelerator_share_one_xdist_worker(tmp_path):
+    """The module's promise: with --dist loadgroup, xdist never runs two items on the device
+    at once. Where XLA runs on a TPU, every item is in one group, so in one worker."""
+    names = ["ok", "mismatch", "raise", "abort"]
+    copy_cases(tmp_path, *names)
+    (tmp_path / "conftest.py").write_text(RECORD_ITEMS)
+    done = pytest_in(tmp_path, "-n", "2", "--dist", "loadgroup", "--reprokit-xla-device=tpu")
+    assert "error" not in done.stdout.splitlines()[-1], done.stdout + done.stderr
+    items = ran(tmp_path)
+    assert set(items) == set(names)
+    assert {group for _, group in items.values()} == {"reprokit-TPU"}
+    assert len({worker for worker, _ in items.values()}) == 1  # one device, one worker
+
+
+def test_items_on_the_cpu_are_in_no_group(tmp_path):
+    if glob.glob("/dev/nvidia[0-9]*"):
+        pytest.skip("a GPU here puts every item in the reprokit-CUDA group")
+    copy_cases(tmp_path, "ok", "mismatch")
+    (tmp_path / "conftest.py").write_text(RECORD_ITEMS)
+    done = pytest_in(tmp_path, "-n", "2", "--dist", "loadgroup")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {group for _, group in ran(tmp_path).values()} == {"None"}
+
+
+def test_items_take_the_run_options_of_reprokit_run(tmp_path):
+    """The options the plugin lacked before they were declared once (--stages, --no-cache,
+    --env): each reaches the items."""
+    copy_cases(tmp_path, "ok")
+    collected = pytest_in(tmp_path, "--collect-only", "-q", "--reprokit-env=mine=six==1.17.0")
+    assert collected.stdout.splitlines()[0] == "ok.toml::ok@mine", collected.stdout
+    common = ["-q", f"--reprokit-run-dir={tmp_path / 'runs'}", "--reprokit-stages=first"]
+    assert pytest_in(tmp_path, *common).returncode == 0
+    again = pytest_in(tmp_path, *common, "--reprokit-no-cache")
+    assert again.returncode == 0, again.stdout + again.stderr
+    (variant,) = read_summary(tmp_path / "runs" / "ok").variants
+    assert [(s.name, s.reused) for s in variant.stages] == [("first", None)]

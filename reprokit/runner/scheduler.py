@@ -84,11 +84,13 @@ def run(
     reporter: Reporter | None = None,
     argv: Iterable[str] = (),
     executor: Executor | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run ``variants`` into ``run_dir`` and return the summary (also in summary.json).
 
     Bad input (a template that does not render, a run folder in use) raises ReprokitError
-    before anything runs.
+    before anything runs. ``announce`` hears a line as an environment's build (minutes) starts
+    and ends.
     """
     options = options or Options()
     run_dir = Path(run_dir).absolute()  # a stage forked by a warm server starts in "/"
@@ -105,7 +107,7 @@ def run(
     warm = None  # the executor made here, whose warm servers end with the run
     try:
         unique = {v.label: v for v in variants}  # a case named twice runs once
-        states = [_prepare(i, v, run_dir, options) for i, v in enumerate(unique.values())]
+        states = [_prepare(i, v, run_dir, options, announce) for i, v in enumerate(unique.values())]
         argv = tuple(redact_text(arg) for arg in argv)  # a --set may carry a token
         executor = executor or (warm := make_executor(options))
         if options.cache:
@@ -181,11 +183,17 @@ class _State:
         return found
 
 
-def _prepare(index: int, variant: Variant, run_dir: Path, options: Options) -> _State:
+def _prepare(
+    index: int,
+    variant: Variant,
+    run_dir: Path,
+    options: Options,
+    announce: Callable[[str], None] | None = None,
+) -> _State:
     """Render the script into its folder, with the files the case brings beside it, clearing
     what an earlier run left there; its environment built, unless cached already."""
     script = render(variant, templates=options.templates)
-    python = str(env_python(variant.env)) if variant.env else None
+    python = str(env_python(variant.env, announce=announce)) if variant.env else None
     folder = run_dir / variant.label
     shutil.rmtree(folder / "stages", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
