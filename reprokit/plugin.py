@@ -4,15 +4,21 @@ Registered by entry point (``pytest11``), so that any project with reprokit inst
 its reported bugs as regression checks. Each item goes through the same ``reprokit.run.run``
 as ``reprokit run``, so outcomes agree; an item fails when its outcome is not the case's
 expectation, with a few lines in pytest.approx's manner; it is skipped when its backend is
-missing here. Items on an exclusive accelerator share an ``xdist_group`` (use
-``--dist loadgroup``), so that pytest-xdist never puts two of them on the device at once.
+missing here. Items on an exclusive accelerator never run two at once: each holds the
+device's lock (a file in the temporary folder, so across xdist workers and sessions) while it
+runs, and they share an ``xdist_group`` too, so that ``--dist loadgroup`` sends them to one
+worker rather than have workers wait on each other. The lock is what keeps the promise: the
+grouping alone does not (pytest-xdist 3.8 under pytest 9.2 drops it, pytest-xdist#1386).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +104,7 @@ class CaseFile(pytest.File):
         case = load_case(self.path, templates=tuple(map(Path, values["templates"])))
         group = _exclusive_group(self.config)
         for variant in variants(case, envs=environments(values)):
-            item = CaseItem.from_parent(self, name=variant.label, variant=variant)
+            item = CaseItem.from_parent(self, name=variant.label, variant=variant, group=group)
             if group:
                 item.add_marker(pytest.mark.xdist_group(group))
             yield item
@@ -120,9 +126,10 @@ class VariantFailed(Exception):
 class CaseItem(pytest.Item):
     """One variant, run through reprokit's runner into its own run folder."""
 
-    def __init__(self, *, variant: Variant, **kwargs: Any) -> None:
+    def __init__(self, *, variant: Variant, group: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.variant = variant
+        self.group = group  # the exclusive device it runs on, if any
 
     def runtest(self) -> None:
         import reprokit  # the runner: only once an item runs
@@ -132,9 +139,10 @@ class CaseItem(pytest.Item):
         options = build_options(_run_values(config), jobs=jobs)
         run_dir = _run_dir(config, self.variant.label)
         try:
-            summary = reprokit.run(
-                [self.variant], run_dir=run_dir, options=options, argv=["pytest"]
-            )
+            with _holding(self.group):
+                summary = reprokit.run(
+                    [self.variant], run_dir=run_dir, options=options, argv=["pytest"]
+                )
         except reprokit.Interrupted:
             raise KeyboardInterrupt from None
         (result,) = summary.variants
@@ -190,6 +198,18 @@ def _run_dir(config: pytest.Config, label: str) -> Path:
 
         return Path(tempfile.mkdtemp(prefix="reprokit-")) / name
     return factory.mktemp(name, numbered=True)
+
+
+@contextlib.contextmanager
+def _holding(group: str | None) -> Iterator[None]:
+    """The exclusive device's lock while an item runs on it; nothing to hold for none."""
+    if group is None:
+        yield
+        return
+    import filelock
+
+    with filelock.FileLock(Path(tempfile.gettempdir()) / f"{group}.lock"):
+        yield
 
 
 def _exclusive_group(config: pytest.Config) -> str | None:

@@ -156,3 +156,33 @@ def test_help_shows_flags_as_flags(cli):
     assert "--debug show tracebacks" in text  # not "--debug <bool> show tracebacks"
     text = " ".join(cli("run", "--help").stdout.split())
     assert "--no-cache run every stage" in text and "-n <str> stages at once" in text
+
+
+TWO_ENVS = """
+[case]
+title = "t"
+template = "echo"
+[params]
+message = "m"
+[envs]
+old = "torch==2.8.0"
+new = "torch==2.9.0"
+"""
+
+
+def test_render_of_a_case_in_two_environments_renders_its_one_script(cli, write_case):
+    """The script is the same in every environment: render has nothing to ask."""
+    path = write_case(TWO_ENVS)
+    result = cli("render", path, "--templates", TEST_TEMPLATES)
+    assert result.exit_code == 0, result.stderr
+    assert "COUNT" in result.stdout
+
+
+def test_minimize_of_a_case_in_two_environments_says_how_to_pick_one(cli, write_case, tmp_path):
+    path = write_case(TWO_ENVS)
+    result = cli("minimize", path, "--templates", TEST_TEMPLATES, "-o", tmp_path / "m")
+    assert result.exit_code == 2
+    assert "2 variants: case@old, case@new" in result.stderr
+    assert "Keep one environment in the case's [envs] (old, new)." in result.stderr
+    assert "--set" not in result.stderr  # no matrix to pin
+    assert not (tmp_path / "m").exists()
