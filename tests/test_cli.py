@@ -186,3 +186,12 @@ def test_minimize_of_a_case_in_two_environments_says_how_to_pick_one(cli, write_
     assert "Keep one environment in the case's [envs] (old, new)." in result.stderr
     assert "--set" not in result.stderr  # no matrix to pin
     assert not (tmp_path / "m").exists()
+
+
+def test_importing_the_cli_changes_no_other_typer_app():
+    """How reprokit's help shows flags is its commands' own: typer itself is left as it is."""
+    import typer
+
+    import reprokit.cli  # noqa: F401
+
+    assert typer.core.TyperOption.display_type_rich.__module__ == "typer.core"
