@@ -66,27 +66,29 @@ def run_option(option: RunOption | str, *, help: str | None = None) -> Any:
     return Annotated[kind | None, info] if option.default is None else Annotated[kind, info]
 
 
-def with_run_options(*, before: str) -> Callable[[Function], Function]:
-    """Give a command every declared run option as a parameter, shown before its parameter
-    ``before``; it receives their values together in its ``**run_options``."""
-    return functools.partial(_with_run_options, before=before)
+def with_run_options(*, at: str, last: tuple[str, ...] = ()) -> Callable[[Function], Function]:
+    """Give a command every declared run option as a parameter, shown where its own parameter
+    ``at`` is (after it, those named in ``last``: --templates beside --cases, as before); it
+    receives their values together in its ``**run_options``."""
+    return functools.partial(_with_run_options, at=at, last=last)
 
 
-def _with_run_options(command: Function, *, before: str) -> Function:
+def _with_run_options(command: Function, *, at: str, last: tuple[str, ...]) -> Function:
     own = inspect.signature(command, eval_str=True)
-    declared = [
-        inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o.default,
-                          annotation=run_option(o))
+    declared = {
+        o.name: inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  default=o.default, annotation=run_option(o))
         for o in RUN_OPTIONS
-    ]  # fmt: skip
+    }  # fmt: skip
+    later = [declared.pop(name) for name in last]
     kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    at = [p.name for p in kept].index(before)
+    index = [p.name for p in kept].index(at)
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return command(*args, **kwargs)
 
-    parameters = [*kept[:at], *declared, *kept[at:]]
+    parameters = [*kept[:index], *declared.values(), kept[index], *later, *kept[index + 1 :]]
     wrapper.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 

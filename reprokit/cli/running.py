@@ -46,7 +46,7 @@ def _passed(summary: RunSummary) -> ExitCode:
 
 
 @reports_errors
-@with_run_options(before="cases")
+@with_run_options(at="cases", last=("templates",))
 def run_(
     case: Annotated[list[str] | None, typer.Argument(help="case names or .toml paths")] = None,
     n: JobsOpt = "1",
