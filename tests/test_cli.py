@@ -195,3 +195,20 @@ def test_importing_the_cli_changes_no_other_typer_app():
     import reprokit.cli  # noqa: F401
 
     assert typer.core.TyperOption.display_type_rich.__module__ == "typer.core"
+
+
+def test_run_says_when_it_builds_an_environment(cli, tmp_path):
+    """Building one takes minutes: the run says so (the scheduler builds, the CLI listens)."""
+    import importlib.util
+    import shutil
+
+    import pytest
+    from conftest import DATA
+
+    if importlib.util.find_spec("uv") is None and shutil.which("uv") is None:
+        pytest.skip("uv is not installed (pip install 'reprokit[envs]')")
+    common = ["--cases", DATA / "cases", "--templates", TEST_TEMPLATES, "--cold"]
+    result = cli("run", "ok", "--env", "six=six==1.17.0", "-o", tmp_path / "run", *common)
+    assert result.exit_code == 0, result.output
+    assert "building environment six (six==1.17.0) with uv..." in result.stderr
+    assert "environment six built in " in result.stderr
