@@ -196,3 +196,19 @@ def test_the_cli_and_the_plugin_take_the_same_run_options():
     assert {f.removeprefix("--") for f in cli - CLI_ONLY} == {
         f.removeprefix("--reprokit-") for f in taken - PLUGIN_ONLY
     }
+
+
+def test_the_run_options_build_the_options_reprokit_run_always_built():
+    import pytest
+
+    from reprokit.errors import ReprokitError
+    from reprokit.runner.options import Options
+    from reprokit.runner.run_options import build_options
+
+    assert build_options({"xla_device": "cpu"}) == Options()  # each default is Options' own
+    given = {"no_cache": True, "cold": True, "stages": "a,,b", "templates": ["t"], "jobs": 9}
+    built = build_options(given | {"xla_device": "CPU", "shared_dir": "s"}, jobs=3)
+    assert (built.cache, built.warm, built.stages, built.jobs) == (False, False, ("a", "b"), 3)
+    assert (built.templates, built.shared_dir) == ((Path("t"),), Path("s"))
+    with pytest.raises(ReprokitError, match="--executor 'k8s': not one of local, ray"):
+        build_options({"executor": "k8s", "xla_device": "CPU"})
