@@ -10,13 +10,21 @@ The pipeline in five calls (the CLI and the pytest plugin call the same ones)::
     diffs = reprokit.compare("a.pt", "b.safetensors", atol=1e-5)
     case = reprokit.capture(model, (batch,), name="mine")   # your own model, as a case
 
+The tools on top of it, as the commands of the same names run them::
+
+    reprokit.minimize(variants[0], out_dir="minimized")  # the smallest variant or program
+    reprokit.merge(["runs/cpu", "runs/tpu"], out_dir="runs/both")  # one run from several
+    reprokit.bisect(["xm_save_vs_xser"], releases=["2.5", "2.9"], out_dir="runs/bisect")
+    reprokit.wrap(["python", "train.py"], run_dir="runs/mine")  # your script, as a stage
+
 Importing reprokit does not import torch: only ``compare`` (and running a verdict) does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import render
@@ -27,6 +35,10 @@ from reprokit.reports import write_reports as report
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted, run
 
+if TYPE_CHECKING:
+    from reprokit.records import MinimizeResult
+    from reprokit.tools.bisect import Bisection
+
 __all__ = [
     "Comparison",
     "Interrupted",
@@ -36,12 +48,16 @@ __all__ = [
     "RunSummary",
     "Variant",
     "VariantResult",
+    "bisect",
     "capture",
     "compare",
     "load_cases",
+    "merge",
+    "minimize",
     "render",
     "report",
     "run",
+    "wrap",
 ]
 
 
@@ -64,3 +80,54 @@ def compare(
     from reprokit.comparison.checkpoints import diff_checkpoints  # torch: only here
 
     return diff_checkpoints(reference, target, rtol=rtol, atol=atol)
+
+
+# The tools are imported when called: ``import reprokit`` stays light (and torch-free).
+
+
+def minimize(
+    variant: Variant, *, out_dir: Path | str, options: Options | None = None, budget: int = 40
+) -> MinimizeResult:
+    """Shrink ``variant`` to the smallest one (a captured program: the fewest operations) that
+    still shows its outcome, in at most ``budget`` candidate runs; writes OUT_DIR/minimal.toml,
+    OUT_DIR/repro.py and a run folder that ``report`` reads (reprokit.tools.minimize)."""
+    from reprokit.tools.minimize import minimize as shrink
+
+    return shrink(variant, out_dir=Path(out_dir), options=options, budget=budget)
+
+
+def merge(
+    runs: Iterable[Path | str], *, out_dir: Path | str, cases: Iterable[Path] = (),
+    templates: Iterable[Path] = (), argv: Iterable[str] = (),
+) -> RunSummary:  # fmt: skip
+    """One run, in ``out_dir``, from the stages of several run folders of the same cases (one
+    machine's CPU side, another's TPU side): comparisons and verdicts computed anew."""
+    from reprokit.tools.merge import merge as merge_runs
+
+    return merge_runs([Path(r) for r in runs], Path(out_dir), cases=cases, templates=templates,
+                      argv=argv)  # fmt: skip
+
+
+def bisect(
+    selectors: Iterable[str], *, releases: Iterable[str], out_dir: Path | str,
+    options: Options | None = None, sets: dict[str, Any] | None = None,
+    cases: Iterable[Path] = (), templates: Iterable[Path] = (),
+    announce: Callable[[str], None] | None = None,
+) -> Bisection:  # fmt: skip
+    """The torch_xla release, of ``releases`` (oldest first), where the selected cases'
+    outcome changed: each release run in a uv environment into OUT_DIR/RELEASE, the finding
+    in OUT_DIR/bisect.json. ``announce`` hears a line as each release starts and ends."""
+    from reprokit.tools.bisect import bisect as bisect_releases
+
+    return bisect_releases(
+        selectors, list(releases), Path(out_dir), options=options or Options(), sets=sets,
+        cases=cases, templates=templates, announce=announce or (lambda _line: None),
+    )  # fmt: skip
+
+
+def wrap(command: list[str], *, run_dir: Path | str, options: Options | None = None) -> RunSummary:
+    """Run ``command`` (your own script) under torch_xla's debug settings as the one stage of
+    a run in ``run_dir``, which ``report`` turns into an issue (reprokit.tools.wrap)."""
+    from reprokit.tools.wrap import wrap as wrap_command
+
+    return wrap_command(list(command), run_dir=Path(run_dir), options=options or Options())

@@ -1,7 +1,9 @@
-"""The one error type of reprokit: what went wrong, where, and what to do about it."""
+"""The one error type of reprokit (what went wrong, where, and what to do about it), and the
+exit codes the adapters choose."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,3 +30,12 @@ class ReprokitError(Exception):
 
 class ReprokitWarning(UserWarning):
     """Something of the user's still works but should change: the message says what to do."""
+
+
+class ExitCode(enum.IntEnum):
+    """What a command's exit status says, the same for every command and the pytest plugin."""
+
+    OK = 0
+    FAILED = 1  # mismatches, or outcomes other than the case expects
+    BAD_INPUT = 2  # a ReprokitError: the message says what to change
+    INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP, as a shell reports SIGINT

@@ -4,15 +4,20 @@ Registered by entry point (``pytest11``), so that any project with reprokit inst
 its reported bugs as regression checks. Each item goes through the same ``reprokit.run.run``
 as ``reprokit run``, so outcomes agree; an item fails when its outcome is not the case's
 expectation, with a few lines in pytest.approx's manner; it is skipped when its backend is
-missing here. Items on an exclusive accelerator share an ``xdist_group`` (use
-``--dist loadgroup``), so that pytest-xdist never puts two of them on the device at once.
+missing here. Items on an exclusive accelerator never run two at once: each holds the
+device's lock (a file in the temporary folder, so across xdist workers and sessions) while it
+runs, and they share an ``xdist_group`` too, so that ``--dist loadgroup`` sends them to one
+worker rather than have workers wait on each other. The lock is what keeps the promise: the
+grouping alone does not (pytest-xdist 3.8 under pytest 9.2 drops it, pytest-xdist#1386).
 """
 
 from __future__ import annotations
 
-import glob
+import contextlib
 import os
 import re
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +26,7 @@ import pytest
 from reprokit.errors import ReprokitError
 from reprokit.records import Outcome, VariantResult
 from reprokit.runner import backends
-from reprokit.runner.options import Options
+from reprokit.runner.run_options import RUN_OPTIONS, RunOption, build_options, environments
 
 if TYPE_CHECKING:
     from reprokit.generate.variants import Variant
@@ -31,36 +36,33 @@ WORST = 3  # differing tensors shown in a failure
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """The run options of ``reprokit run`` (declared once, runner/run_options.py) as
+    ``--reprokit-NAME``, and where items keep their run folders."""
     group = parser.getgroup("reprokit", "reprokit case files (cases/*.toml)")
-    group.addoption(
-        "--reprokit-templates",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a folder of your own templates (wins over the built-in ones)",
-    )
-    group.addoption(
-        "--reprokit-timeout", type=float, default=None, metavar="S", help="seconds per stage"
-    )
-    group.addoption("--reprokit-xla-device", default=None, metavar="D", help="CPU, TPU or CUDA")
-    group.addoption(
-        "--reprokit-cold", action="store_true", help="every stage a fresh Python (no warm start)"
-    )
-    group.addoption(
-        "--reprokit-executor",
-        default="local",
-        choices=("local", "ray"),
-        help="where stages run: local, or ray (a Ray cluster)",
-    )
-    group.addoption(
-        "--reprokit-ray-address", default=None, metavar="ADDR", help="the Ray cluster to join"
-    )
+    for option in RUN_OPTIONS:
+        group.addoption(option.plugin_flag, dest=option.plugin_dest, **_argparse(option))
     group.addoption(
         "--reprokit-run-dir",
         default=None,
         metavar="DIR",
         help="keep each item's run folder under DIR (default: pytest's temporary folder)",
     )
+
+
+def _argparse(option: RunOption) -> dict[str, Any]:
+    """How argparse (under pytest's parser) reads the option."""
+    if option.kind is bool:
+        return {"action": "store_true", "help": option.help}
+    read: dict[str, Any] = {"metavar": option.metavar, "help": option.help}
+    if option.repeated:
+        return read | {"action": "append", "default": []}
+    if option.choices:
+        read["choices"] = option.choices
+    return read | {"type": option.kind if option.kind is float else str, "default": option.default}
+
+
+def _run_values(config: pytest.Config) -> dict[str, Any]:
+    return {option.name: config.getoption(option.plugin_dest) for option in RUN_OPTIONS}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,9 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
         # uses it, rather than starting (seconds) and stopping a Ray of its own.
         from reprokit.runner.ray_executor import RayExecutor
 
-        address = config.getoption("reprokit_ray_address")
         try:
-            session_ray = RayExecutor(Options(executor="ray", ray_address=address))
+            session_ray = RayExecutor(build_options(_run_values(config)))
         except ReprokitError as exc:  # no Ray installed, no cluster there: one line, exit 4
             raise pytest.UsageError(str(exc)) from None
         config.add_cleanup(session_ray.close)
@@ -98,10 +99,11 @@ class CaseFile(pytest.File):
         from reprokit.generate.cases import load_case
         from reprokit.generate.variants import variants
 
-        case = load_case(self.path, templates=_templates(self.config))
+        values = _run_values(self.config)
+        case = load_case(self.path, templates=tuple(map(Path, values["templates"])))
         group = _exclusive_group(self.config)
-        for variant in variants(case):
-            item = CaseItem.from_parent(self, name=variant.label, variant=variant)
+        for variant in variants(case, envs=environments(values)):
+            item = CaseItem.from_parent(self, name=variant.label, variant=variant, group=group)
             if group:
                 item.add_marker(pytest.mark.xdist_group(group))
             yield item
@@ -123,28 +125,23 @@ class VariantFailed(Exception):
 class CaseItem(pytest.Item):
     """One variant, run through reprokit's runner into its own run folder."""
 
-    def __init__(self, *, variant: Variant, **kwargs: Any) -> None:
+    def __init__(self, *, variant: Variant, group: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.variant = variant
+        self.group = group  # the exclusive device it runs on, if any
 
     def runtest(self) -> None:
         import reprokit  # the runner: only once an item runs
 
         config = self.config
-        options = Options(
-            jobs=1 if hasattr(config, "workerinput") else os.cpu_count() or 1,  # xdist: 1 each
-            timeout=config.getoption("reprokit_timeout") or Options.timeout,
-            xla_device=backends.xla_device(config.getoption("reprokit_xla_device")),
-            templates=_templates(config),
-            warm=not config.getoption("reprokit_cold"),
-            executor=config.getoption("reprokit_executor"),
-            ray_address=config.getoption("reprokit_ray_address"),
-        )
+        jobs = 1 if hasattr(config, "workerinput") else os.cpu_count() or 1  # xdist: 1 each
+        options = build_options(_run_values(config), jobs=jobs)
         run_dir = _run_dir(config, self.variant.label)
         try:
-            summary = reprokit.run(
-                [self.variant], run_dir=run_dir, options=options, argv=["pytest"]
-            )
+            with _holding(self.group):
+                summary = reprokit.run(
+                    [self.variant], run_dir=run_dir, options=options, argv=["pytest"]
+                )
         except reprokit.Interrupted:
             raise KeyboardInterrupt from None
         (result,) = summary.variants
@@ -188,10 +185,6 @@ def failure_message(result: VariantResult, folder: Path) -> str:
     return "\n".join(lines)
 
 
-def _templates(config: pytest.Config) -> tuple[Path, ...]:
-    return tuple(Path(d) for d in config.getoption("reprokit_templates"))
-
-
 def _run_dir(config: pytest.Config, label: str) -> Path:
     """Each item its own run folder, so that items never share a lock or a summary."""
     name = re.sub(r"[^\w.-]", "_", label)
@@ -206,9 +199,21 @@ def _run_dir(config: pytest.Config, label: str) -> Path:
     return factory.mktemp(name, numbered=True)
 
 
+@contextlib.contextmanager
+def _holding(group: str | None) -> Iterator[None]:
+    """The exclusive device's lock while an item runs on it; nothing to hold for none."""
+    if group is None:
+        yield
+        return
+    import filelock
+
+    with filelock.FileLock(Path(tempfile.gettempdir()) / f"{group}.lock"):
+        yield
+
+
 def _exclusive_group(config: pytest.Config) -> str | None:
     """The xdist group of every item when XLA runs on an accelerator, or a GPU is here."""
     device = backends.xla_device(config.getoption("reprokit_xla_device"))
     if device != "CPU":
         return f"reprokit-{device}"
-    return "reprokit-CUDA" if glob.glob("/dev/nvidia[0-9]*") else None
+    return "reprokit-CUDA" if backends.has_nvidia_gpu() else None

@@ -156,3 +156,59 @@ def test_help_shows_flags_as_flags(cli):
     assert "--debug show tracebacks" in text  # not "--debug <bool> show tracebacks"
     text = " ".join(cli("run", "--help").stdout.split())
     assert "--no-cache run every stage" in text and "-n <str> stages at once" in text
+
+
+TWO_ENVS = """
+[case]
+title = "t"
+template = "echo"
+[params]
+message = "m"
+[envs]
+old = "torch==2.8.0"
+new = "torch==2.9.0"
+"""
+
+
+def test_render_of_a_case_in_two_environments_renders_its_one_script(cli, write_case):
+    """The script is the same in every environment: render has nothing to ask."""
+    path = write_case(TWO_ENVS)
+    result = cli("render", path, "--templates", TEST_TEMPLATES)
+    assert result.exit_code == 0, result.stderr
+    assert "COUNT" in result.stdout
+
+
+def test_minimize_of_a_case_in_two_environments_says_how_to_pick_one(cli, write_case, tmp_path):
+    path = write_case(TWO_ENVS)
+    result = cli("minimize", path, "--templates", TEST_TEMPLATES, "-o", tmp_path / "m")
+    assert result.exit_code == 2
+    assert "2 variants: case@old, case@new" in result.stderr
+    assert "Keep one environment in the case's [envs] (old, new)." in result.stderr
+    assert "--set" not in result.stderr  # no matrix to pin
+    assert not (tmp_path / "m").exists()
+
+
+def test_importing_the_cli_changes_no_other_typer_app():
+    """How reprokit's help shows flags is its commands' own: typer itself is left as it is."""
+    import typer
+
+    import reprokit.cli  # noqa: F401
+
+    assert typer.core.TyperOption.display_type_rich.__module__ == "typer.core"
+
+
+def test_run_says_when_it_builds_an_environment(cli, tmp_path):
+    """Building one takes minutes: the run says so (the scheduler builds, the CLI listens)."""
+    import importlib.util
+    import shutil
+
+    import pytest
+    from conftest import DATA
+
+    if importlib.util.find_spec("uv") is None and shutil.which("uv") is None:
+        pytest.skip("uv is not installed (pip install 'reprokit[envs]')")
+    common = ["--cases", DATA / "cases", "--templates", TEST_TEMPLATES, "--cold"]
+    result = cli("run", "ok", "--env", "six=six==1.17.0", "-o", tmp_path / "run", *common)
+    assert result.exit_code == 0, result.output
+    assert "building environment six (six==1.17.0) with uv..." in result.stderr
+    assert "environment six built in " in result.stderr

@@ -170,3 +170,45 @@ def test_list_and_report_work_without_torch(tmp_path):
     assert "act.0 agrees; act.1 is the first to differ" in body  # read without torch
     assert (tmp_path / "run" / "report.html").is_file()
     assert (tmp_path / "run" / "bundle.zip").is_file()
+
+
+# The options only `reprokit run` takes (what to run, where to write) and only the plugin takes
+# (pytest picks the items and the parallelism): every other option is a run option, both sides.
+CLI_ONLY = {"-n", "-o", "--output", "-k", "--set", "--cases", "--help"}
+PLUGIN_ONLY = {"--reprokit-run-dir"}
+
+
+def test_the_cli_and_the_plugin_take_the_same_run_options():
+    import pytest
+    import typer
+
+    from reprokit import plugin
+    from reprokit.cli import app
+    from reprokit.runner.run_options import RUN_OPTIONS
+
+    run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    cli = {flag for param in run.params for flag in param.opts if flag.startswith("-")}
+    parser = pytest.Parser(_ispytest=True)
+    plugin.pytest_addoption(parser)
+    taken = {name for option in parser.getgroup("reprokit").options for name in option.names()}
+    assert cli - CLI_ONLY == {option.flag for option in RUN_OPTIONS}
+    assert taken - PLUGIN_ONLY == {option.plugin_flag for option in RUN_OPTIONS}
+    assert {f.removeprefix("--") for f in cli - CLI_ONLY} == {
+        f.removeprefix("--reprokit-") for f in taken - PLUGIN_ONLY
+    }
+
+
+def test_the_run_options_build_the_options_reprokit_run_always_built():
+    import pytest
+
+    from reprokit.errors import ReprokitError
+    from reprokit.runner.options import Options
+    from reprokit.runner.run_options import build_options
+
+    assert build_options({"xla_device": "cpu"}) == Options()  # each default is Options' own
+    given = {"no_cache": True, "cold": True, "stages": "a,,b", "templates": ["t"], "jobs": 9}
+    built = build_options(given | {"xla_device": "CPU", "shared_dir": "s"}, jobs=3)
+    assert (built.cache, built.warm, built.stages, built.jobs) == (False, False, ("a", "b"), 3)
+    assert (built.templates, built.shared_dir) == ((Path("t"),), Path("s"))
+    with pytest.raises(ReprokitError, match="--executor 'k8s': not one of local, ray"):
+        build_options({"executor": "k8s", "xla_device": "CPU"})

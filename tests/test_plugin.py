@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+import itertools
 import shutil
 import subprocess
 import sys
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.generate.variants import load_variants
+from reprokit.records import Status, read_summary
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 
@@ -117,3 +120,84 @@ def test_the_builtin_cases_are_items(tmp_path):
     shutil.copytree(ROOT / "cases", tmp_path / "cases")
     done = pytest_in(tmp_path, "--collect-only", "-q", "cases")
     assert "cases/xser_to_spmd.toml::xser_to_spmd" in done.stdout, done.stdout + done.stderr
+
+
+RECORD_ITEMS = """
+import os
+import time
+
+import pytest
+
+import reprokit
+
+def pytest_configure(config):
+    run = reprokit.run
+
+    def timed(variants, **kwargs):  # the item's run: what holds the device
+        start = time.time()
+        try:
+            return run(variants, **kwargs)
+        finally:
+            (variant,) = variants
+            folder = os.path.dirname(__file__)
+            with open(os.path.join(folder, "ran.txt"), "a") as ran:
+                ran.write(f"{variant.label} {start!r} {time.time()!r}\\n")
+
+    reprokit.run = timed
+
+def pytest_runtest_setup(item):
+    marker = item.get_closest_marker("xdist_group")
+    with open(os.path.join(os.path.dirname(__file__), "groups.txt"), "a") as groups:
+        groups.write(f"{item.name} {marker.args[0] if marker else None}\\n")
+"""
+
+
+def ran(folder: Path) -> dict[str, tuple[float, float]]:
+    """Each item's run: when it began and ended."""
+    rows = [line.split() for line in (folder / "ran.txt").read_text().splitlines()]
+    return {name: (float(start), float(end)) for name, start, end in rows}
+
+
+def groups(folder: Path) -> dict[str, str]:
+    """Each item's xdist group ("None": none)."""
+    return dict(line.split() for line in (folder / "groups.txt").read_text().splitlines())
+
+
+def test_items_on_an_exclusive_accelerator_never_run_at_once(tmp_path):
+    """The module's promise: two items never hold an exclusive device at once, even with
+    xdist workers free to run them side by side; they share an xdist group besides."""
+    names = ["ok", "mismatch", "raise", "abort"]
+    copy_cases(tmp_path, *names)
+    (tmp_path / "conftest.py").write_text(RECORD_ITEMS)
+    done = pytest_in(tmp_path, "-n", "2", "--dist", "loadgroup", "--reprokit-xla-device=tpu")
+    assert "4 passed" in done.stdout, done.stdout + done.stderr  # skipped stages: no TPU here
+    assert groups(tmp_path) == dict.fromkeys(names, "reprokit-TPU")
+    spans = sorted(ran(tmp_path).values())
+    assert len(spans) == len(names)
+    overlapping = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+    assert overlapping == []  # one after another, in whichever worker
+
+
+def test_items_on_the_cpu_are_in_no_group(tmp_path):
+    if glob.glob("/dev/nvidia[0-9]*"):
+        pytest.skip("a GPU here puts every item in the reprokit-CUDA group")
+    copy_cases(tmp_path, "ok", "mismatch")
+    (tmp_path / "conftest.py").write_text(RECORD_ITEMS)
+    done = pytest_in(tmp_path, "-n", "2", "--dist", "loadgroup")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert set(groups(tmp_path).values()) == {"None"}
+
+
+def test_items_take_the_run_options_of_reprokit_run(tmp_path):
+    """The options the plugin lacked before they were declared once (--stages, --no-cache,
+    --env): each reaches the items."""
+    copy_cases(tmp_path, "ok")
+    collected = pytest_in(tmp_path, "--collect-only", "-q", "--reprokit-env=mine=six==1.17.0")
+    assert collected.stdout.splitlines()[0] == "ok.toml::ok@mine", collected.stdout
+    common = ["-q", f"--reprokit-run-dir={tmp_path / 'runs'}", "--reprokit-stages=first"]
+    assert pytest_in(tmp_path, *common).returncode == 0
+    again = pytest_in(tmp_path, *common, "--reprokit-no-cache")
+    assert again.returncode == 0, again.stdout + again.stderr
+    (variant,) = read_summary(tmp_path / "runs" / "ok").variants
+    ran_here = [(s.name, s.reused) for s in variant.stages if s.status is not Status.SKIPPED]
+    assert ran_here == [("first", None)]  # only what --stages names, none of it reused

@@ -7,6 +7,7 @@ render, requirements uv cannot meet) stops the run before its first stage.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +26,16 @@ class Prepared:
     python: str | None = None  # its environment's interpreter (--env); None: the run's
 
 
-def prepare(variant: Variant, run_dir: Path, options: Options) -> Prepared:
+def prepare(
+    variant: Variant,
+    run_dir: Path,
+    options: Options,
+    announce: Callable[[str], None] | None = None,
+) -> Prepared:
     """Render the script into ``run_dir/<label>``, with the files the case brings beside it,
     clearing the stages an earlier run left there; its environment built, unless cached."""
     script = render(variant, templates=options.templates)
-    python = str(env_python(variant.env)) if variant.env else None
+    python = str(env_python(variant.env, announce=announce)) if variant.env else None
     folder = run_dir / variant.label
     shutil.rmtree(folder / "stages", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)

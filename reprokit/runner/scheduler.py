@@ -73,11 +73,13 @@ def run(
     reporter: Reporter | None = None,
     argv: Iterable[str] = (),
     executor: Executor | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run ``variants`` into ``run_dir`` and return the summary (also in summary.json).
 
     Bad input (a template that does not render, a run folder in use) raises ReprokitError
-    before anything runs.
+    before anything runs. ``announce`` hears a line as an environment's build (minutes) starts
+    and ends.
     """
     options = options or Options()
     run_dir = Path(run_dir).absolute()  # a stage forked by a warm server starts in "/"
@@ -85,7 +87,7 @@ def run(
     made = None  # the executor made here, whose warm servers end with the run
     try:
         unique = {v.label: v for v in variants}  # a case named twice runs once
-        prepared = [prepare(variant, run_dir, options) for variant in unique.values()]
+        prepared = [prepare(v, run_dir, options, announce) for v in unique.values()]
         argv = tuple(redact_text(arg) for arg in argv)  # a --set may carry a token
         executor = executor or (made := make_executor(options))
         if options.cache:

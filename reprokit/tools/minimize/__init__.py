@@ -1,1 +1,25 @@
 """Minimization: the smallest variant (params) or program (graph) that keeps an outcome."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from reprokit.generate.variants import Variant
+    from reprokit.records import MinimizeResult
+    from reprokit.runner.options import Options
+
+
+def minimize(
+    variant: Variant, *, out_dir: Path, options: Options | None = None, budget: int = 40
+) -> MinimizeResult:
+    """Shrink ``variant`` with the strategy its template calls for: a captured program
+    (template exported_program) to its fewest operations, then its parameters; any other
+    case by its parameters. Writes the minimal case, script and summary.json into out_dir."""
+    # Imported here: the strategies import this package's modules, and it must stay light.
+    from reprokit.tools.minimize import graph, params
+
+    if variant.template.name == graph.TEMPLATE:
+        return graph.minimize_graph(variant, out_dir=out_dir, options=options, budget=budget)
+    return params.minimize(variant, out_dir=out_dir, options=options, budget=budget)

@@ -1,0 +1,157 @@
+"""The typer app: its consoles, how errors and warnings end a command, the parameters that
+several commands share, and ``main`` (the console script)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from reprokit.errors import ExitCode, ReprokitError, ReprokitWarning
+from reprokit.runner import signals
+from reprokit.runner.run_options import BY_NAME, RUN_OPTIONS, RunOption
+
+
+class _UntypedFlags:
+    """typer 0.29 prints a type after every option, so that a flag reads as if it took a value
+    ("--debug <bool>"): a flag takes none, so it shows none. An empty metavar says so for the
+    options of reprokit's own commands (--help among them), and for no other typer app."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class Group(_UntypedFlags, typer.core.TyperGroup):
+    """The root command: its flags untyped."""
+
+
+class Command(_UntypedFlags, typer.core.TyperCommand):
+    """A command of reprokit's: its flags untyped."""
+
+
+app = typer.Typer(
+    cls=Group,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Minimal reproductions and issue-ready bug reports for PyTorch/XLA.",
+)
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def run_option(option: RunOption | str, *, help: str | None = None) -> Any:
+    """The annotated type of a declared run option (runner/run_options.py), as typer takes
+    it; ``help`` where a command says it in its own words."""
+    option = BY_NAME[option] if isinstance(option, str) else option
+    if option.kind is bool:
+        return Annotated[bool, typer.Option(option.flag, help=help or option.help)]
+    kind: Any = list[option.kind] if option.repeated else option.kind
+    shown: Any = option.shown_default or True
+    info = typer.Option(option.flag, help=help or option.help, show_default=shown)
+    return Annotated[kind | None, info] if option.default is None else Annotated[kind, info]
+
+
+def with_run_options(*, at: str, last: tuple[str, ...] = ()) -> Callable[[Function], Function]:
+    """Give a command every declared run option as a parameter, shown where its own parameter
+    ``at`` is (after it, those named in ``last``: --templates beside --cases, as before); it
+    receives their values together in its ``**run_options``."""
+    return functools.partial(_with_run_options, at=at, last=last)
+
+
+def _with_run_options(command: Function, *, at: str, last: tuple[str, ...]) -> Function:
+    own = inspect.signature(command, eval_str=True)
+    declared = {
+        o.name: inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  default=o.default, annotation=run_option(o))
+        for o in RUN_OPTIONS
+    }  # fmt: skip
+    later = [declared.pop(name) for name in last]
+    kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    index = [p.name for p in kept].index(at)
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return command(*args, **kwargs)
+
+    parameters = [*kept[:index], *declared.values(), kept[index], *later, *kept[index + 1 :]]
+    wrapper.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+CasesOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--cases", help="a folder of your own cases (wins over built-in)"),
+]
+TemplatesOpt = run_option("templates")
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a parameter: KEY=VALUE")]
+RunDirOpt = Annotated[
+    Path | None, typer.Option("-o", "--output", help="the run folder", show_default="runs/<time>")
+]
+XlaDeviceOpt = run_option("xla_device")
+TimeoutOpt = run_option("timeout")
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def reports_errors(command: Function) -> Function:
+    """Bad input ends in one message and exit code 2; a traceback only with --debug. A signal
+    (Ctrl-C, SIGTERM, SIGHUP: each raises KeyboardInterrupt) ends the command with 130."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ReprokitError as exc:
+            if _options["debug"]:
+                raise
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(ExitCode.BAD_INPUT) from None
+        except KeyboardInterrupt:  # what a command does not catch itself: nothing to keep
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+_options = {"debug": False}  # set once per invocation by the root callback
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
+) -> None:
+    _options["debug"] = debug
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning of ours as one line that says what to change; others as Python shows them."""
+    if issubclass(category, ReprokitWarning):
+        err.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
+def main() -> None:
+    """The console script ``reprokit``."""
+    signals.install()  # SIGTERM and SIGHUP stop a command as Ctrl-C does: exit 130
+    try:
+        app()
+    finally:  # the command is done and its exit code chosen: a late signal must not change it
+        signals.ignore()

@@ -1,0 +1,213 @@
+"""The commands that run stages: run, minimize, merge, bisect, wrap (registered on the app
+by reprokit/cli/__init__.py, in the order help lists them)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+import reprokit
+from reprokit.cli.app import (
+    CasesOpt,
+    RunDirOpt,
+    SetOpt,
+    TemplatesOpt,
+    TimeoutOpt,
+    XlaDeviceOpt,
+    err,
+    out,
+    reports_errors,
+    run_option,
+    with_run_options,
+)
+from reprokit.environment.releases import releases as release_list
+from reprokit.errors import ExitCode, ReprokitError
+from reprokit.generate.selection import load_variant
+from reprokit.generate.variants import parse_sets
+from reprokit.records import RunSummary
+from reprokit.runner import progress, signals
+from reprokit.runner.keywords import select
+from reprokit.runner.options import TIMEOUT, default_run_dir, jobs
+from reprokit.runner.run_options import build_options, environments
+
+JobsOpt = Annotated[str, typer.Option("-n", help="stages at once: N or auto (one per CPU)")]
+WrapHloOpt = run_option("dump_hlo", help="save XLA's graphs as HLO text")
+WrapTimeoutOpt = run_option("timeout", help="seconds it may run")
+
+
+def _passed(summary: RunSummary) -> ExitCode:
+    return ExitCode.FAILED if summary.count(False) else ExitCode.OK
+
+
+@reports_errors
+@with_run_options(at="cases", last=("templates",))
+def run_(
+    case: Annotated[list[str] | None, typer.Argument(help="case names or .toml paths")] = None,
+    n: JobsOpt = "1",
+    output: RunDirOpt = None,
+    keyword: Annotated[
+        str | None, typer.Option("-k", help="variants whose label matches, e.g. 'spmd and not x'")
+    ] = None,
+    set_: SetOpt = None,
+    cases: CasesOpt = None,
+    **run_options: Any,
+) -> None:
+    """Render and run cases (all of them by default), in parallel; write RUN_DIR/summary.json.
+
+    Exit 0: every variant ended as its case expects; 1: some did not; 2: bad input;
+    130: interrupted.
+    """
+    found = reprokit.load_cases(case or [], sets=parse_sets(set_ or []), cases=cases or [],
+                                templates=run_options["templates"] or [],
+                                envs=environments(run_options))  # fmt: skip
+    chosen = select(found, keyword, lambda v: v.label)
+    if not chosen:
+        hint = "`reprokit list` shows every case and its variants."
+        raise ReprokitError(f"no variant matches -k {keyword!r}", hint=hint)
+    if not case:  # say what "everything" is before minutes go by
+        count = len({v.case.name for v in chosen})
+        err.print(f"running {len(chosen)} variants of {count} cases (all; name cases to run fewer)")
+    options = build_options(run_options, jobs=jobs(n))
+    run_dir = output or default_run_dir()
+    start = time.monotonic()
+    try:
+        with progress.reporter(out, len(chosen)) as shown:
+            summary = reprokit.run(
+                chosen, run_dir=run_dir, options=options, reporter=shown, argv=sys.argv,
+                announce=lambda line: err.print(line, highlight=False),  # an environment built
+            )  # fmt: skip
+        signals.ignore()  # summary.json is whole and the exit code decided
+    except reprokit.Interrupted as stopped:  # the first signal left the others ignored
+        line = progress.closing_line(stopped.summary, run_dir, time.monotonic() - start)
+        out.print(line, highlight=False)
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
+    raise typer.Exit(_passed(summary))
+
+
+@reports_errors
+def minimize_(
+    case: Annotated[str, typer.Argument(help="a case name or .toml path")],
+    set_: SetOpt = None,
+    n: Annotated[str, typer.Option("-n", help="candidates at once: N or auto")] = "1",
+    budget: Annotated[int, typer.Option("--budget", min=1, help="most candidate runs")] = 40,
+    output: Annotated[Path, typer.Option("-o", "--output", help="the output folder")] = Path(
+        "minimized"
+    ),
+    timeout: TimeoutOpt = TIMEOUT,
+    xla_device: XlaDeviceOpt = None,
+    cases: CasesOpt = None,
+    templates: TemplatesOpt = None,
+) -> None:
+    """Shrink a case to the smallest variant that still shows the same outcome.
+
+    Writes OUTPUT/minimal.toml and OUTPUT/repro.py, and a run folder that `reprokit report`
+    reads (summary.json holds the search: run.minimized). A captured program (template
+    exported_program) shrinks to the few operations that still show the outcome: also
+    OUTPUT/minimal.pt2, and a repro.py of aten calls that needs neither reprokit nor the .pt2.
+    Exit 0 done (or budget spent), 130 interrupted.
+    """
+    variant = load_variant(case, sets=parse_sets(set_ or []), cases=cases or [],
+                           templates=templates or [])  # fmt: skip
+    given = {"timeout": timeout, "xla_device": xla_device, "templates": templates}
+    options = build_options(given, jobs=jobs(n))
+    found = reprokit.minimize(variant, out_dir=output, options=options, budget=budget)
+    table = Table("", "before", "after", title=f"Minimized: {escape(found.target or '')}")
+    for what, before, after in found.graph.rows() if found.graph else []:
+        table.add_row(what, before, after)
+    for change in found.changes:
+        table.add_row(change.param, repr(change.before), repr(change.after))
+    out.print(table)
+    wrote = "minimal.pt2, minimal.toml and repro.py" if found.graph else "minimal.toml and repro.py"
+    out.print(
+        f"script {found.lines[0]} -> {found.lines[1]} lines; {found.candidates} candidate "
+        f"runs, {found.cache_hits} cache hits, {found.seconds} s ({found.stopped}); "
+        f"wrote {wrote} into {output}",
+        highlight=False,
+    )
+    raise typer.Exit(ExitCode.INTERRUPTED if found.stopped == "interrupted" else ExitCode.OK)
+
+
+@reports_errors
+def merge_(
+    runs: Annotated[list[Path], typer.Argument(help="run folders of the same cases")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="the merged run folder")],
+    cases: CasesOpt = None,
+    templates: TemplatesOpt = None,
+) -> None:
+    """One run from the stages of several (the CPU side run here, the TPU side there, each
+    with --stages): comparisons and verdicts computed anew; the report shows each machine.
+    Exit 0: every variant as its case expects; 1: some not; 2: runs that cannot be merged."""
+    start = time.monotonic()
+    summary = reprokit.merge(runs, out_dir=output, cases=cases or [], templates=templates or [],
+                             argv=sys.argv)  # fmt: skip
+    out.print(progress.closing_line(summary, output, time.monotonic() - start), highlight=False)
+    raise typer.Exit(_passed(summary))
+
+
+@reports_errors
+def bisect_(
+    case: Annotated[list[str], typer.Argument(help="case names or .toml paths")],
+    releases: Annotated[
+        str, typer.Option("--releases", help="torch_xla releases: 2.5..2.9, or 2.5,2.7,2.9")
+    ],
+    output: RunDirOpt = None,
+    set_: SetOpt = None,
+    n: JobsOpt = "1",
+    timeout: TimeoutOpt = TIMEOUT,
+    cases: CasesOpt = None,
+    templates: TemplatesOpt = None,
+) -> None:
+    """The torch_xla release where the cases' outcome changed: runs the first and the last
+    release, then bisects. Each release is a uv environment (torch_xla and its torch).
+    Exit 0: a change found (printed, and in OUT/bisect.json); 1: the same outcome at both
+    ends; 2: bad input; 130: interrupted."""
+    from reprokit.tools.bisect import describe
+
+    given = {"timeout": timeout, "templates": templates, "xla_device": "CPU"}  # no --xla-device
+    options = build_options(given, jobs=jobs(n))
+    run_dir = output or default_run_dir()
+    try:
+        found = reprokit.bisect(
+            case, releases=release_list(releases), out_dir=run_dir, options=options,
+            sets=parse_sets(set_ or []), cases=cases or [], templates=templates or [],
+            announce=lambda line: err.print(line),
+        )  # fmt: skip
+    except reprokit.Interrupted:
+        out.print(f"[bold red]interrupted[/]: what ran is in {escape(str(run_dir))}")
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    for line in describe(found):
+        out.print(escape(line), highlight=False)
+    out.print(f"wrote {escape(str(run_dir / 'bisect.json'))}", highlight=False)
+    raise typer.Exit(ExitCode.OK if found.changed else ExitCode.FAILED)
+
+
+# Everything after the command is the command's own: its options are not reprokit's.
+WRAP_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+@reports_errors
+def wrap_(
+    command: Annotated[list[str], typer.Argument(help="the command: -- python train.py ARGS")],
+    output: RunDirOpt = None,
+    dump_hlo: WrapHloOpt = False,
+    timeout: WrapTimeoutOpt = TIMEOUT,
+    xla_device: XlaDeviceOpt = None,
+) -> None:
+    """Your own script under torch_xla's debug settings, as one stage of a run that
+    `reprokit report` turns into an issue; the exit code is the script's."""
+    from reprokit.tools.wrap import exit_code
+
+    given = {"timeout": timeout, "xla_device": xla_device, "dump_hlo": dump_hlo}
+    run_dir = output or default_run_dir()
+    summary = reprokit.wrap(command, run_dir=run_dir, options=build_options(given))
+    (variant,) = summary.variants
+    out.print(progress.variant_line(variant), highlight=False)
+    out.print(f"run folder: {escape(str(run_dir))}; next: reprokit report {escape(str(run_dir))}")
+    raise typer.Exit(exit_code(summary))
