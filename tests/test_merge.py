@@ -110,3 +110,22 @@ def test_runs_of_different_releases_are_refused(seed_runs, cli, tmp_path):
     assert result.exit_code == 2
     assert "the runs used different torch_xla releases" in result.stderr
     assert "2.8.0" in result.stderr
+
+
+def test_runs_of_a_case_given_by_path_merge_without_cases(cli, tmp_path):
+    """Each run carries its variant's case (case.toml beside repro.py): no --cases needed."""
+    case = tmp_path / "mine" / "my_matmul.toml"
+    case.parent.mkdir()
+    case.write_text(
+        '[case]\ntitle = "mine"\ntemplate = "matmul_numerics"\n'
+        '[params]\nmatmul_precision = "highest"\n[compare]\nrtol = 1e-4\natol = 1e-4\n'
+    )
+    for name, stages in (("cpu", "matmul_cpu"), ("xla", "matmul_xla,slice_xla")):
+        result = cli("run", case, "--stages", stages, "-o", tmp_path / name)
+        assert result.exit_code in (0, 1), result.output
+        assert (tmp_path / name / "my_matmul" / "case.toml").read_text() == case.read_text()
+    merged = cli("merge", tmp_path / "cpu", tmp_path / "xla", "-o", tmp_path / "merged")
+    assert merged.exit_code == 0, merged.output
+    (found,) = read_summary(tmp_path / "merged").variants
+    assert found.outcome is Outcome.MATCH and found.comparisons
+    assert {c.rtol for c in found.comparisons} == {1e-4}  # the carried case's tolerances

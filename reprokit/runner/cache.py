@@ -36,6 +36,7 @@ from reprokit.infra.caching import Store, content_digest, read_json
 from reprokit.records import Stage, StageResult, Status, write_json
 from reprokit.runner import backends
 from reprokit.runner.options import Options
+from reprokit.runner.prepare import CASE_FILE
 from reprokit.runner.stage import Executor, StageJob, capabilities_of
 
 UNSTABLE = {"result.json", "graphs.hlo"}  # timings, addresses: not part of what a stage made
@@ -71,7 +72,7 @@ class CachingExecutor:
         stage, options = job.stage, self.options
         env = backends.stage_env(stage.backend, options.xla_device, devices=stage.devices)
         parts = {
-            "files": _digest(job.folder, skip=("stages",)),
+            "files": _digest(job.folder, skip=("stages", CASE_FILE)),  # the script says it all
             "stage": [stage.name, stage.backend, stage.devices, list(stage.needs)],
             "env": steering(env),
             "python": [job.python or options.python, sys.version],

@@ -16,6 +16,8 @@ from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
 from reprokit.runner.options import Options
 
+CASE_FILE = "case.toml"  # the variant's case, beside its script: a run carries its verdict's inputs
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -32,8 +34,9 @@ def prepare(
     options: Options,
     announce: Callable[[str], None] | None = None,
 ) -> Prepared:
-    """Render the script into ``run_dir/<label>``, with the files the case brings beside it,
-    clearing the stages an earlier run left there; its environment built, unless cached."""
+    """Render the script into ``run_dir/<label>``, with the case file (``case.toml``) and the
+    files the case brings beside it, clearing the stages an earlier run left there; its
+    environment built, unless cached."""
     script = render(variant, templates=options.templates)
     python = str(env_python(variant.env, announce=announce)) if variant.env else None
     folder = run_dir / variant.label
@@ -41,4 +44,7 @@ def prepare(
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "repro.py").write_text(script, encoding="utf-8")
     variant.copy_files(folder)
+    case, carried = variant.case.path, folder / CASE_FILE  # merge judges it again from here
+    if case.is_file() and not (carried.exists() and carried.samefile(case)):
+        shutil.copyfile(case, carried)
     return Prepared(variant, folder, python)

@@ -31,6 +31,7 @@ from reprokit.records import (
 )
 from reprokit.reports import load
 from reprokit.runner.options import Options
+from reprokit.runner.prepare import CASE_FILE
 from reprokit.runner.stage import LocalExecutor, StagesUnlisted
 
 SAME_RELEASE = ("torch", "torch_xla")  # runs made with other releases are not merged
@@ -136,9 +137,8 @@ def _merge_variant(
         (r.summary.xla_device for r in having if r.summary.xla_device not in (None, "CPU")), "CPU"
     )
     seconds = sum(result.seconds for result in chosen.values())
-    found = verdict(
-        _variant(recorded, cases, templates), stages, chosen, folder, seconds, xla_device=device
-    )
+    variant = _variant(recorded, having, cases, templates)
+    found = verdict(variant, stages, chosen, folder, seconds, xla_device=device)
     return replace(found, label=label, variant=recorded.variant, changed=recorded.changed)
 
 
@@ -166,13 +166,19 @@ def _stages(folder: Path) -> list[Stage]:
         raise ReprokitError(f"no stage DAG: {exc}", folder / "repro.py") from None
 
 
-def _variant(recorded: VariantResult, cases: list[Path], templates: list[Path]) -> Variant:
-    """The variant again, from its case (for its tolerances and its expected outcome)."""
+def _variant(
+    recorded: VariantResult, having: list[_Run], cases: list[Path], templates: list[Path]
+) -> Variant:
+    """The variant again, from its case (for its tolerances and its expected outcome): the one
+    found by name (``--cases``, the built-in ones), else the copy its run folder carries."""
     try:
         (path,) = find_cases([recorded.case], cases)
     except ReprokitError as exc:
-        raise ReprokitError(
-            f"the case {recorded.case!r} of the merged runs is not here: {exc.message}",
-            hint="Point at it with --cases DIR.",
-        ) from None
+        carried = [r.folder / recorded.label / CASE_FILE for r in having]
+        path = next((p for p in carried if p.is_file()), None)
+        if path is None:  # a run made before runs carried their case
+            raise ReprokitError(
+                f"the case {recorded.case!r} of the merged runs is not here: {exc.message}",
+                hint="Point at it with --cases DIR.",
+            ) from None
     return variant_of(recorded, load_case(path, templates=templates))
