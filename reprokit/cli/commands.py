@@ -124,11 +124,9 @@ def env_(
     as_json: JsonOpt = False,
 ) -> None:
     """The environment a maintainer asks for, secrets redacted."""
-    from reprokit.environment import (
-        machine as env,  # collect_env imports torch: only for this command
-    )
+    from reprokit.environment.machine import describe_machine  # collect_env imports torch
 
-    captured = env.capture()
+    captured = describe_machine()
     if as_json:
         out.print_json(json.dumps(captured.to_json()))
         return

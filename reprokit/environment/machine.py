@@ -100,7 +100,9 @@ def _collect_env() -> dict[str, Any]:
     return {key: value for key, value in info.items() if value not in (None, "", "N/A")}
 
 
-def capture(*, probe_xla: bool = True, quick: bool = False, cached: bool = False) -> Environment:
+def describe_machine(
+    *, probe_xla: bool = True, quick: bool = False, cached: bool = False
+) -> Environment:
     """Everything above, secrets redacted. ``quick``: only what costs no import or child
     process (versions from metadata, variables), for the first summary.json of a run;
     ``cached``: collect_env's part as this boot captured it first (:func:`pytorch_env`)."""

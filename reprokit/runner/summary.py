@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from reprokit.environment.machine import capture as capture_env
+from reprokit.environment.machine import describe_machine
 from reprokit.infra.pause import pause
 from reprokit.records import Environment, RunSummary, StageResult, VariantResult, write_summary
 from reprokit.runner.options import Options
@@ -37,7 +37,7 @@ class SummaryWriter:
         self.order = {label: index for index, label in enumerate(labels)}
         self.finished: dict[int, VariantResult] = {}
         self.serialized: dict[int, dict[str, Any]] = {}  # each variant's JSON, made once
-        env = capture_env(quick=True)
+        env = describe_machine(quick=True)
         self.summary = RunSummary(now(), argv=argv, env=env, xla_device=options.xla_device)
         # No XLA probe in the full capture: it could hold a TPU a stage needs. A daemon
         # thread: an interrupted run exits at once, not when collect_env is done.
@@ -46,7 +46,7 @@ class SummaryWriter:
 
     def _capture(self) -> None:
         try:
-            self.capture.set_result(capture_env(probe_xla=False, cached=self.cached))
+            self.capture.set_result(describe_machine(probe_xla=False, cached=self.cached))
         except BaseException as exc:  # kept, and the short capture stays in summary.json
             self.capture.set_exception(exc)
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from reprokit.environment.machine import capture as capture_env
+from reprokit.environment.machine import describe_machine
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import Outcome, RunSummary, Status, VariantResult, XlaEvidence, write_summary
@@ -79,7 +79,7 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
         title=f"`{shown}` under torch_xla's debug settings",
     )
     argv = ("reprokit", "wrap", "--", *map(redact_text, command))
-    env = capture_env(probe_xla=False)
+    env = describe_machine(probe_xla=False)
     summary = RunSummary(started, now(), argv, env, (variant,), xla_device=options.xla_device)
     write_summary(summary, run_dir)
     return summary

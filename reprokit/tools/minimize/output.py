@@ -12,7 +12,7 @@ from pathlib import Path
 
 import tomli_w
 
-from reprokit.environment.machine import capture as capture_env
+from reprokit.environment.machine import describe_machine
 from reprokit.generate.variants import Variant
 from reprokit.records import Change, MinimizeResult, RunSummary, VariantResult, write_summary
 from reprokit.records.run import GraphShrink
@@ -73,7 +73,7 @@ def kept(
     """The run folder `reprokit report` reads: the search's record, and its best result as
     the one variant, expected to keep the outcome it kept; and the folders that get the
     minimal script (the output folder, and the variant's own)."""
-    summary = RunSummary(started="", finished="", env=capture_env(quick=True), minimized=found)
+    summary = RunSummary(started="", finished="", env=describe_machine(quick=True), minimized=found)
     if best is None:
         return summary, [out_dir]
     result = dataclasses.replace(
