@@ -26,7 +26,9 @@ from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.cases import load_case
 from reprokit.generate.render import render
 from reprokit.generate.variants import variants
-from reprokit.tools.capture import check_program, command, export, load_factory
+from reprokit.tools.capture import command, load_factory
+from reprokit.tools.export import export
+from reprokit.tools.program_file import check_program
 
 MODELS = Path(__file__).parent / "data" / "capture" / "models.py"
 

@@ -13,19 +13,8 @@ base64 ``torch.save`` blob (extra files are text) that the script reads with
 ``weights_only=True``. Random inputs keep only shapes, dtypes and a seed (numbers and flags
 among the inputs are constants of the program, so they are kept).
 
-What a ``.pt2`` makes torch 2.9.0's ``torch.export.load`` run (read in torch/export/,
-torch/export/pt2_archive/_package.py, torch/_export/serde/serialize.py; the first two and the
-sympify one tried with crafted input, and they ran):
-``data/sample_inputs/*.pt`` (``torch.load(weights_only=False)``); weights or constants marked
-``use_pickle`` and the legacy ``data/weights|constants/<model>.pt`` (the same);
-``data/constants/custom_obj_*`` (TorchScript's unpickler); ``data/aotinductor/`` (a shared
-library is loaded); the pre-2.8 layout (``serialized_*.pt``), tried when the new one fails;
-``expr_str`` of symbolic shapes (``sympy.sympify``, which is ``eval``); and ``guards_code``,
-which ``ep.module()`` pastes into source and ``exec``s. Other tensors are raw bytes,
-operators are looked up among registered ones, node names are sanitised by torch.fx. So
-:func:`check_program` admits only a plain archive's members, an empty ``sample_inputs``, no
-``use_pickle``, no expression and no guards (dynamic shapes are refused); the rendered script
-repeats the check and calls ``module(check_guards=False)``.
+What an archive may hold is checked by :mod:`reprokit.tools.program_file`; how torch.export is
+called, and its refusals in plain words, by :mod:`reprokit.tools.export`.
 """
 
 from __future__ import annotations
@@ -40,12 +29,13 @@ import sys
 import tempfile
 import traceback
 import warnings
-import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reprokit.errors import ReprokitError, ReprokitWarning
+from reprokit.errors import ReprokitError
+from reprokit.tools.export import export
+from reprokit.tools.program_file import check_program
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -56,17 +46,6 @@ TEMPLATE = "exported_program"
 INPUTS = "inputs.json"  # the extra file holding the inputs (extra/inputs.json in the archive)
 SEED = 0  # of random inputs
 _NAME = re.compile(r"[A-Za-z0-9_][\w.-]{0,79}")  # short: the script names its .pt2
-# Everything a plain exported program consists of, below the archive's top folder.
-_MEMBERS = re.compile(
-    r"archive_format|archive_version|byteorder|\.data/(version|serialization_id)"
-    r"|models/\w+\.json|data/weights/(weight_\d+|\w+_weights_config\.json)"
-    r"|data/constants/(tensor_\d+|\w+_constants_config\.json)"
-    r"|data/sample_inputs/\w+\.pt|extra/[\w.-]+"
-)
-_PT2_HINT = (
-    "reprokit runs programs it can read as data, as `reprokit capture` writes them: "
-    "torch.export.save with ep.example_inputs = None, static shapes, no pickles."
-)
 
 
 def capture(
@@ -102,110 +81,6 @@ def capture(
         _loads_back(pt2)
         case.write_text(_case_text(module, name, random_inputs), encoding="utf-8")
     return out / f"{name}.toml"
-
-
-def export(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``torch.export.export`` (strict=False, its default); its failure, and a program whose
-    shapes depend on values, refused in one line naming the user's line, with a hint."""
-    import torch
-
-    if not isinstance(module, torch.nn.Module):
-        raise ReprokitError(f"capture needs a torch.nn.Module, not {type(module).__name__}")
-    name = type(module).__name__
-    try:
-        with _quiet_export():
-            program = torch.export.export(module, args, kwargs)
-    except Exception as exc:  # export raises many kinds; its message says what went wrong
-        raise _refusal(name, exc) from None
-    _refuse_value_dependent_shapes(name, program)
-    _warn_if_random(program)
-    return program
-
-
-@contextmanager
-def _quiet_export() -> Iterator[None]:
-    """torch.export prints the partial graph to stderr, twice, when it fails, and warns through
-    its own loggers (torch._logging sets their levels, so a parent's level is ignored): the
-    user gets one line from us instead."""
-    import contextlib
-    import logging
-
-    def below_error(record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR
-
-    loggers = [logging.getLogger(n) for n in ("torch.fx.experimental.symbolic_shapes",
-                                              "torch._export", "torch.export")]  # fmt: skip
-    for logger in loggers:
-        logger.addFilter(below_error)
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        for logger in loggers:
-            logger.removeFilter(below_error)
-
-
-def _user_frame(frames: list[traceback.FrameSummary]) -> traceback.FrameSummary | None:
-    """The innermost frame of the user's code: not torch's, not the standard library's."""
-    import torch
-
-    skip = (str(Path(torch.__file__).parent), str(Path(traceback.__file__).parent), "<")
-    mine = [f for f in frames if not f.filename.startswith(skip)]
-    return mine[-1] if mine else None
-
-
-def _refusal(name: str, exc: Exception) -> ReprokitError:
-    """Why torch.export failed, in plain words, at the user's line."""
-    frame = _user_frame(traceback.extract_tb(exc.__traceback__))
-    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    if "data-dependent" in str(exc) or "GuardOnDataDependent" in type(exc).__name__:
-        what = "control flow depends on a tensor's value"
-        hint = ("Compute both branches and choose with torch.where, or capture the part of "
-                "the model before or after the branch (a submodule and its inputs).")  # fmt: skip
-    else:
-        what = f"{type(exc).__name__}: {first[:300]}"
-        hint = ("reprokit exports with strict=False, torch's default. Capture a smaller part "
-                "(a submodule and its inputs), or change what the message names; see "
-                "https://pytorch.org/docs/stable/export.html")  # fmt: skip
-    return _at_user_line(f"torch.export cannot capture {name}: {what}", frame, hint)
-
-
-def _at_user_line(message: str, frame: Any, hint: str) -> ReprokitError:
-    """The error at the user's file and line (a FrameSummary, or None), quoting the line."""
-    if frame is None:
-        return ReprokitError(message, hint=hint)
-    code = f" (`{frame.line.strip()}`)" if frame.line else ""
-    return ReprokitError(message + code, _shown(frame.filename), frame.lineno, hint)
-
-
-def _shown(filename: str) -> str:
-    """A path as the user would write it: relative to here when below it, else as is."""
-    try:
-        return str(Path(filename).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return filename
-
-
-def _refuse_value_dependent_shapes(name: str, program: Any) -> None:
-    """A program whose shapes depend on tensor values (``x[x > 0]``, nonzero) cannot be run
-    with static shapes: refused at the first such operation's line in the user's code."""
-    import torch
-
-    for node in program.graph.nodes:
-        value = node.meta.get("val")
-        if isinstance(value, torch.Tensor) and any(
-            isinstance(size, torch.SymInt) for size in value.shape
-        ):
-            trace = node.meta.get("stack_trace") or ""
-            where = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', trace)
-            frames = [traceback.FrameSummary(f, int(n), "", line=code) for f, n, code in where]
-            raise _at_user_line(
-                f"cannot capture {name}: the shape of {node.target} depends on tensor values",
-                _user_frame(frames),
-                "reprokit runs programs with static shapes: keep the shape fixed (a mask and "
-                "torch.where instead of boolean indexing or nonzero), or capture the part of "
-                "the model before or after it.",
-            )
 
 
 def load_state_dict(module: Any, path: Path) -> None:
@@ -261,85 +136,6 @@ def _inputs_record(
     blob = io.BytesIO()
     torch.save(values, blob)
     return record | {"data": base64.b64encode(blob.getvalue()).decode("ascii")}
-
-
-def _warn_if_random(program: Any) -> None:
-    """A program that draws random numbers cannot agree across backends: say so now."""
-    import warnings
-
-    drawn = sorted({str(n.target) for n in program.graph.nodes if _draws(n)})
-    if drawn:
-        warnings.warn(
-            f"the program draws random numbers ({', '.join(drawn)}): each backend draws its "
-            "own, so they will differ; call model.eval() or set dropout to 0 before capturing",
-            ReprokitWarning,
-            stacklevel=3,
-        )
-
-
-def _draws(node: Any) -> bool:
-    """A random operation that does draw: not a dropout with p=0 or outside training."""
-    import torch
-
-    tags = getattr(node.target, "tags", ())
-    if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in tags:
-        return False
-    schema = node.target._schema.arguments
-    given = {a.name: a.default_value for a in schema if a.has_default_value()}
-    given |= dict(zip([a.name for a in schema], node.args, strict=False)) | dict(node.kwargs)
-    return given.get("p", given.get("dropout_p")) != 0 and given.get("train") is not False
-
-
-def check_program(path: Path | str) -> None:
-    """Refuse a ``.pt2`` that ``torch.export.load`` would run code from (module docstring)."""
-    path = Path(path)
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-            for name in names:
-                _check_member(path, name, names.count(name), archive.read(name))
-    except (OSError, zipfile.BadZipFile) as exc:
-        error = ReprokitError(f"not an exported program (.pt2): {exc}", path, hint=_PT2_HINT)
-        raise error from None
-    if not any(n.endswith("/archive_version") for n in names):
-        raise ReprokitError("not an exported program: no archive_version", path, hint=_PT2_HINT)
-
-
-def _check_member(path: Path, name: str, count: int, data: bytes) -> None:
-    inner = name.partition("/")[2]  # below the archive's top folder
-    if count > 1 or not _MEMBERS.fullmatch(inner):
-        why = f"{name!r}, no part of a plain exported program (pickles, compiled code, old layouts)"
-    elif inner.startswith("data/sample_inputs/") and data:
-        why = "pickled example inputs, which torch.export.load unpickles with weights_only=False"
-    elif inner.endswith(".json"):
-        try:
-            json.loads(data, object_pairs_hook=lambda pairs: _plain(path, inner, pairs))
-        except ValueError as exc:
-            raise ReprokitError(f"{inner} is not JSON: {exc}", path, hint=_PT2_HINT) from None
-        return
-    else:
-        return
-    raise ReprokitError(f"the archive holds {why}", path, hint=_PT2_HINT)
-
-
-_RUNS = {
-    "expr_str": "symbolic shapes (sympy.sympify evaluates them as Python)",
-    "use_pickle": "pickled tensors (loaded with weights_only=False)",
-    "guards_code": "guards (Python source that ep.module() executes)",
-}
-
-
-def _plain(path: Path, inner: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object of the archive, refused if it holds what would run when loaded."""
-    for key, value in pairs:
-        if key == "expr_str" or (key in ("use_pickle", "guards_code") and value):
-            raise ReprokitError(
-                f"{inner} holds {_RUNS[key]}",
-                path,
-                hint="reprokit runs programs with static shapes and unpickled weights: "
-                "capture without dynamic_shapes or data-dependent sizes (.item(), nonzero).",
-            )
-    return dict(pairs)
 
 
 def _loads_back(path: Path) -> None:
