@@ -61,6 +61,7 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
     env = child_env(stage_dir, options)
     executor = LocalExecutor(options)
     folder = stage_dir.parents[1]
+    copied = copy_script(command, folder, Path.cwd())  # before it runs: as it ran
     try:
         result = executor.spawn(
             command, folder, STAGE, "xla", env, threading.Event(), cwd=Path.cwd()
@@ -71,7 +72,6 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
     output = output_tail(log_path(folder, STAGE, "stdout"))
     result = replace(last_words(result, folder), xla=read_evidence(stage_dir), stdout_tail=output)
     shown = redact_text(shlex.join(command))
-    copied = copy_script(command, folder, Path.cwd())
     variant = VariantResult(
         case=WRAP_CASE,
         label=label,
