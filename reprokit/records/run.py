@@ -85,6 +85,7 @@ class StageResult:
     xla: XlaEvidence | None = None  # what torch_xla saw: devices, compilations, fallbacks
     error: str | None = None  # a failed stage's exception, e.g. "AssertionError: ..."
     stderr_tail: tuple[str, ...] = ()  # a failed stage's last words
+    stdout_tail: tuple[str, ...] = ()  # what a wrapped script printed last (reprokit wrap)
     reused: str | None = None  # the run folder whose result the results cache gave instead
     versions: dict[str, str | None] | None = None  # torch, torch_xla as the stage imported them
     host: str | None = None  # the machine it ran on, when not this one (a Ray node)
@@ -112,11 +113,12 @@ class StageResult:
     def to_json(self) -> dict[str, Any]:
         xla = self.xla.to_json() if self.xla is not None else None
         return asdict(self) | {"status": self.status.value, "stderr_tail": list(self.stderr_tail),
-                               "xla": xla}  # fmt: skip
+                               "stdout_tail": list(self.stdout_tail), "xla": xla}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StageResult:
-        return from_json(cls, data, status=Status, stderr_tail=tuple)  # xla: __post_init__
+        tails = {"stderr_tail": tuple, "stdout_tail": tuple}
+        return from_json(cls, data, status=Status, **tails)  # xla: __post_init__
 
     def uncached(self) -> int | None:
         """See :meth:`XlaEvidence.uncached`; None for a stage with no XLA evidence."""

@@ -1,5 +1,6 @@
 """What torch_xla saw in a stage: its devices, compilations, executions, transfers and the
-operations that fell back to the CPU.
+operations that fell back to the CPU, told apart from the reads of a value back to Python
+(``.item()``: :data:`HOST_READS`), which torch_xla counts among its fallbacks.
 
 Two producers write it: every rendered script, at the end of an XLA stage (``xla_evidence()``
 in templates/_protocol.py.j2, which asks torch_xla's metrics directly: a script is standalone,
@@ -26,6 +27,13 @@ METRICS: dict[str, tuple[str, ...]] = {
     "from_device": ("TransferFromDeviceTime",),
 }
 CACHED = "CachedCompile"  # torch_xla's counter of compilations its cache gave
+# Operations torch_xla runs through its CPU fallback (and so counts under ``aten::`` and lists
+# among executed_fallback_ops()) that are no missing lowering but a read of a value the device
+# has already computed: ``aten::_local_scalar_dense`` is ``.item()``, ``bool(t)``, ``int(t)``,
+# a tensor in an ``if``, each one transfer from the device. ``.cpu()``, ``.tolist()`` and
+# printing a tensor are counted under ``xla::`` (``_to_copy``), never as fallbacks, and
+# ``aten::equal``, ``aten::nonzero`` stay fallbacks: their work itself runs on the CPU.
+HOST_READS = frozenset({"aten::_local_scalar_dense"})
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,15 @@ class XlaEvidence:
     from_device: Timed = field(default_factory=Timed)
     fallbacks: tuple[str, ...] = ()  # aten operations that ran on the CPU instead, sorted
     fallback_counts: dict[str, int] = field(default_factory=dict)  # how often, when known
+    host_reads: tuple[str, ...] = ()  # HOST_READS operations it ran (counts: fallback_counts)
+
+    def __post_init__(self) -> None:
+        """Host reads are kept apart from the fallbacks whoever wrote the record: a script's
+        executed_fallback_ops() and older summaries list ``.item()`` among them."""
+        reads = {name for name in self.fallbacks if name in HOST_READS} | set(self.host_reads)
+        kept = tuple(name for name in self.fallbacks if name not in HOST_READS)
+        object.__setattr__(self, "fallbacks", kept)
+        object.__setattr__(self, "host_reads", tuple(sorted(reads)))
 
     @classmethod
     def from_metrics(
@@ -94,12 +111,21 @@ class XlaEvidence:
         data |= {"cached": self.cached, "fallbacks": list(self.fallbacks)}
         if self.fallback_counts:
             data["fallback_counts"] = dict(self.fallback_counts)
+        if self.host_reads:
+            data["host_reads"] = list(self.host_reads)
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> XlaEvidence:
         timed = {key: Timed.from_json for key in METRICS}
-        return from_json(cls, data, fallbacks=tuple, **timed)
+        return from_json(cls, data, fallbacks=tuple, host_reads=tuple, **timed)
+
+    def host_read_count(self) -> int | None:
+        """How many values the stage read back to Python (``.item()`` and the like), when
+        torch_xla's counters say it (``reprokit wrap``); None when not known."""
+        if not self.host_reads or any(n not in self.fallback_counts for n in self.host_reads):
+            return None
+        return sum(self.fallback_counts[name] for name in self.host_reads)
 
     def uncached(self) -> int | None:
         """How many of its compilations came from no cache, when every execution needed one

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from reprokit.records import MinimizeResult, Outcome, RunSummary, VariantResult
-from reprokit.reports.evidence import evidence, plain
+from reprokit.reports.evidence import WRAP_CASE, evidence, plain
 from reprokit.reports.model import (
     Cell,
     DifferenceSizes,
@@ -59,7 +59,7 @@ def build_report(summary: RunSummary, run_dir: Path) -> Report:
         headline=headline(summary),
         bug=bug(shown[0]) if shown else None,
         command=command,
-        evidence=tuple(evidence(v, run_dir) for v in shown),
+        evidence=tuple(evidence(v, run_dir) for v in [*shown, *wrapped_too(summary, shown)]),
         expected=expected(shown or list(summary.variants)),
         environment=environment(summary),
         results=results_table(summary.variants),
@@ -67,6 +67,12 @@ def build_report(summary: RunSummary, run_dir: Path) -> Report:
         minimized=minimized(summary.minimized) if summary.minimized is not None else None,
         figures=figures(summary.variants),
     )
+
+
+def wrapped_too(summary: RunSummary, shown: list[VariantResult]) -> list[VariantResult]:
+    """``reprokit wrap``'s variant when the script ended well too: what it printed and what
+    torch_xla saw are what the report of a wrapped script is for."""
+    return [v for v in summary.variants if v.case == WRAP_CASE and all(v is not s for s in shown)]
 
 
 def bug(first: VariantResult) -> Text:
@@ -83,6 +89,9 @@ def expected(variants: list[VariantResult]) -> tuple[Text, ...]:
     """From each variant's [expect], and the tolerances it was judged with."""
     lines = []
     for v in variants[:MAX_EXPECTED]:
+        if v.case == WRAP_CASE:  # a script of the user's: no reference stage, no comparison
+            lines.append(f"`{v.label}`: the script ends well (exit code 0).")
+            continue
         if v.expected is Outcome.MATCH:
             tolerances = sorted({(c.rtol, c.atol) for c in v.comparisons if c.shape is not None})
             within = ", ".join(f"rtol={r:g}, atol={a:g}" for r, a in tolerances[:3])

@@ -19,9 +19,12 @@ from reprokit.reports.model import (
     Script,
     Table,
     Text,
+    Wrapped,
 )
 
 COMPARISON_HEADER = ("tensor", "stage vs reference", "shape", "max abs", "max rel ¹", "mismatched")
+WRAP_CASE = "wrap"  # the case of the one variant `reprokit wrap` records
+WRAP_SCRIPT = "script"  # its parameter naming the copy of the script beside its stages
 XLA_HEADER = ("XLA stage", "devices", "compilations", "executions", "to / from device",
               "CPU fallbacks")  # fmt: skip
 
@@ -52,6 +55,8 @@ def evidence(variant: VariantResult, run_dir: Path) -> Evidence:
         recompiled=recompiled(variant.stages),
         script=script(run_dir, variant),
         too_large=too_large(run_dir, variant),
+        host_reads=host_reads(variant.stages),
+        wrapped=wrapped(run_dir, variant),
     )
 
 
@@ -192,3 +197,33 @@ def too_large(run_dir: Path, variant: VariantResult) -> tuple[Text, ...]:
         for path in brought
         if path.stat().st_size > ATTACHMENT_LIMIT
     )
+
+
+def host_reads(stages: tuple[StageResult, ...]) -> tuple[Text, ...]:
+    """XLA stages that read values back to Python (``.item()``): torch_xla counts those among
+    its CPU fallbacks, but they are transfers of values the device computed (records.xla
+    HOST_READS), so the table's fallbacks leave them out and this says them."""
+    lines = []
+    for stage in (s for s in stages if s.xla and s.xla.host_reads):
+        count = stage.xla.host_read_count()
+        times = "" if count is None else f" {count} time{'s' * (count != 1)}"
+        names = ", ".join(f"`{name}`" for name in stage.xla.host_reads)
+        lines.append(f"`{stage.name}` read a value back to Python{times} ({names}: `.item()`, "
+                     "`bool()` of a tensor, a tensor in an `if`): transfers from the device, "
+                     "among its \"from device\" above, not CPU fallbacks.")  # fmt: skip
+    return tuple(lines)
+
+
+def wrapped(run_dir: Path, variant: VariantResult) -> Wrapped | None:
+    """``reprokit wrap``'s variant: the copy of its script, to inline, and the last lines
+    the script printed; None for a case's variant."""
+    if variant.case != WRAP_CASE:
+        return None
+    script = None
+    name = variant.variant.get(WRAP_SCRIPT)
+    path = Path(run_dir) / variant.label / Path(name).name if isinstance(name, str) else None
+    if path is not None and path.is_file():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        script = Script(f"{variant.label}/{path.name}", text, text.count("\n"))
+    output = next((s.stdout_tail for s in variant.stages if s.stdout_tail), ())
+    return Wrapped(str(variant.variant.get("command", "")), script, tuple(output))

@@ -70,11 +70,21 @@ def html(report: Report) -> str:
 def _evidence(shown: Evidence) -> list[str]:
     """A variant's heading, where it diverges, and its comparisons."""
     lines = [f"<h2>{_text(shown.heading)}</h2>"]
-    lines += [f"<p>{_text(line)}</p>" for line in shown.divergence]
+    lines += _output(shown)
+    lines += [f"<p>{_text(line)}</p>" for line in (*shown.divergence, *shown.host_reads)]
     if shown.comparisons is not None and shown.comparisons.windows:
         lines += _table(shown.comparisons.windows[0], shown.comparisons.rows(), title=False)
         lines.append(f"<p>{_text(shown.comparisons.footnote)}</p>")
     return lines
+
+
+def _output(shown: Evidence) -> list[str]:
+    """``reprokit wrap``: the last lines the script printed."""
+    if shown.wrapped is None or not shown.wrapped.output:
+        return []
+    lines = shown.wrapped.output
+    text = escape("\n".join(lines))
+    return [f"<p>The last {len(lines)} lines it printed (stdout):</p><pre>{text}</pre>"]
 
 
 def _table(found: Table, rows: list | None = None, *, title: bool = True) -> list[str]:

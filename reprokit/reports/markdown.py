@@ -77,7 +77,7 @@ def _markdown(report: Report, budget: Budget) -> str:
     if report.command:
         parts += ["With reprokit, the whole run:", "", *fenced(report.command, "sh"), ""]
     for shown in report.evidence[: budget.scripts]:
-        parts += _script(shown)
+        parts += _script(shown) + _wrapped_script(shown)
     for shown in report.evidence[: budget.variants]:
         parts += _evidence(shown, budget.rows)
     parts += ["## Expected behavior", "", *(f"- {line}" for line in report.expected), ""]
@@ -130,15 +130,36 @@ def _evidence(shown: Evidence, rows: int) -> list[str]:
         lines += [sentence, ""] if sentence else []
     for stage in shown.failed:
         lines += _failed(stage)
+    lines += _output(shown)
     for paragraph in (shown.reused, shown.divergence):
         lines += [*paragraph, ""] if paragraph else []
     if shown.comparisons is not None:
         lines += _comparisons(shown.comparisons, rows)
     if shown.xla is not None:
         lines += [*table(shown.xla), ""]
-    for sentence in shown.recompiled:
+    for sentence in (*shown.host_reads, *shown.recompiled):
         lines += [sentence, ""]
     return lines
+
+
+def _wrapped_script(shown: Evidence) -> list[str]:
+    """``reprokit wrap``: the script the command above runs, as it was, folded."""
+    if shown.wrapped is None or shown.wrapped.script is None:
+        return []
+    script = shown.wrapped.script
+    return [
+        f"The script it runs, as it ran (`{script.label}` in `{BUNDLE}`):",
+        "",
+        *collapsed(f"{script.label} ({script.lines} lines)", fenced(script.text, "python")),
+    ]
+
+
+def _output(shown: Evidence) -> list[str]:
+    """``reprokit wrap``: the last lines the script printed."""
+    if shown.wrapped is None or not shown.wrapped.output:
+        return []
+    lines = shown.wrapped.output
+    return [f"The last {len(lines)} lines it printed (stdout):", "", *fenced("\n".join(lines)), ""]
 
 
 def _failed(stage: FailedStage) -> list[str]:

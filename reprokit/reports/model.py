@@ -60,6 +60,16 @@ class Script:
 
 
 @dataclass(frozen=True)
+class Wrapped:
+    """``reprokit wrap``: the user's script as it ran (its copy in the run folder, whose path
+    there is its label) and the last lines it printed (its losses, say)."""
+
+    command: str
+    script: Script | None = None
+    output: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class FailedStage:
     """How a failed stage ended (its status, exit code or signal, its exception), and its
     stderr's last lines."""
@@ -100,6 +110,8 @@ class Evidence:
     recompiled: tuple[Text, ...] = ()  # XLA stages that compiled anew at every execution
     script: Script | None = None
     too_large: tuple[Text, ...] = ()  # files beside its script too large to attach
+    host_reads: tuple[Text, ...] = ()  # XLA stages that read values back (.item()): transfers
+    wrapped: Wrapped | None = None  # reprokit wrap's variant: the script and its output
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,17 @@ folder it leaves is an ordinary one, so ``reprokit report`` gives the same issue
 its exit code is the script's.
 
 What torch_xla saw comes from the metrics file it writes at each step (``XLA_METRICS_FILE``):
-its last report. Operations that fell back to the CPU after the script's last step are not in
-it; a stage of a case, which asks torch_xla directly at its end, has them all.
+its last report. A hook in the child's Python (reprokit/tools/_wrap_site/sitecustomize.py, on
+its ``PYTHONPATH``; the script is not touched) adds at the script's exit what the file lacks:
+the device kind and count, and a last report with what ran after the last step. The record
+also keeps the script's last lines of output (its losses) and the run folder a copy of the
+script, beside its stage, which the bundle holds and "To Reproduce" names.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import threading
@@ -25,10 +30,11 @@ from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import Outcome, RunSummary, Status, VariantResult, XlaEvidence, write_summary
 from reprokit.records.xla import CACHED
+from reprokit.reports.evidence import WRAP_CASE, WRAP_SCRIPT
 from reprokit.runner import backends
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import now
-from reprokit.runner.stage import LocalExecutor, last_words
+from reprokit.runner.stage import LocalExecutor, last_words, log_path
 
 STAGE = "script"
 DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)
@@ -36,6 +42,10 @@ DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)
     "XLA_IR_DEBUG": "1",  # IR nodes carry the Python frame that made them
     "XLA_HLO_DEBUG": "1",  # and so do the HLO instructions
 }
+HOOK = Path(__file__).with_name("_wrap_site")  # its sitecustomize.py, first on PYTHONPATH
+DEVICES = "REPROKIT_WRAP_DEVICES"  # the hook's file of the device kind and count
+OUTPUT_LINES = 20  # of the script's stdout, in its record and the report
+LINE_WIDTH = 400  # characters of one output line kept (a progress bar can be endless)
 
 
 def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
@@ -46,15 +56,12 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
     label = _label(command)
     stage_dir = Path(run_dir) / label / "stages" / STAGE
     stage_dir.mkdir(parents=True, exist_ok=True)
-    env = backends.stage_env("xla", options.xla_device) | DEBUG
-    env["XLA_METRICS_FILE"] = str(stage_dir / "metrics.txt")
-    if options.dump_hlo:
-        env |= {
-            "XLA_SAVE_TENSORS_FMT": "hlo",
-            "XLA_SAVE_TENSORS_FILE": str(stage_dir / "graphs.hlo"),
-        }
+    for stale in ("metrics.txt", "devices.json"):  # an earlier wrap into the same folder's
+        (stage_dir / stale).unlink(missing_ok=True)
+    env = child_env(stage_dir, options)
     executor = LocalExecutor(options)
     folder = stage_dir.parents[1]
+    copied = copy_script(command, folder, Path.cwd())  # before it runs: as it ran
     try:
         result = executor.spawn(
             command, folder, STAGE, "xla", env, threading.Event(), cwd=Path.cwd()
@@ -62,15 +69,13 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
     except FileNotFoundError:
         raise ReprokitError(f"no such program: {command[0]!r}", hint="Give a command to run, "
                             "e.g. reprokit wrap -- python train.py") from None  # fmt: skip
-    result = last_words(result, folder)
-    xla = read_metrics(stage_dir / "metrics.txt")
-    if xla is not None:
-        result = replace(result, xla=xla)
+    output = output_tail(log_path(folder, STAGE, "stdout"))
+    result = replace(last_words(result, folder), xla=read_evidence(stage_dir), stdout_tail=output)
     shown = redact_text(shlex.join(command))
     variant = VariantResult(
-        case="wrap",
+        case=WRAP_CASE,
         label=label,
-        variant={"command": shown},
+        variant={"command": shown} | ({WRAP_SCRIPT: copied} if copied else {}),
         outcome=result.status.outcome or Outcome.MATCH,
         expected=Outcome.MATCH,
         seconds=round(time.monotonic() - start, 3),
@@ -85,6 +90,21 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
     return summary
 
 
+def child_env(stage_dir: Path, options: Options) -> dict[str, str]:
+    """The script's environment: an XLA stage's, torch_xla's debug settings, its metrics
+    file, and the hook that says at exit what torch_xla saw."""
+    env = backends.stage_env("xla", options.xla_device) | DEBUG
+    env["XLA_METRICS_FILE"] = str(stage_dir / "metrics.txt")
+    env[DEVICES] = str(stage_dir / "devices.json")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(HOOK), env.get("PYTHONPATH"))))
+    if options.dump_hlo:
+        env |= {
+            "XLA_SAVE_TENSORS_FMT": "hlo",
+            "XLA_SAVE_TENSORS_FILE": str(stage_dir / "graphs.hlo"),
+        }
+    return env
+
+
 def exit_code(summary: RunSummary) -> int:
     """The script's own exit code (128 + the signal when one killed it, as shells do)."""
     stage = summary.variants[0].stages[0]
@@ -95,7 +115,9 @@ def exit_code(summary: RunSummary) -> int:
 
 def read_metrics(path: Path) -> XlaEvidence | None:
     """torch_xla's last metrics report, as a stage of a case records it (no device count;
-    how often each operation fell back, which a stage does not say)."""
+    how often each operation fell back, which a stage does not say). Its ``aten::`` counters
+    are the operations that ran through the CPU fallback; the record keeps the reads of a
+    value back to Python among them (``.item()``) apart."""
     try:
         text = path.read_text("utf-8", "replace")
     except OSError:
@@ -112,6 +134,62 @@ def read_metrics(path: Path) -> XlaEvidence | None:
     return XlaEvidence.from_metrics(
         metric, cached=counters.get(CACHED, 0), fallbacks=fallbacks, fallback_counts=fallbacks
     )
+
+
+def read_evidence(stage_dir: Path) -> XlaEvidence | None:
+    """What torch_xla saw: its metrics, and the devices the hook wrote; None when the script
+    never started torch_xla's runtime (neither file is there)."""
+    xla = read_metrics(stage_dir / "metrics.txt")
+    try:
+        seen = json.loads((stage_dir / "devices.json").read_text("utf-8"))
+        kind, count = str(seen["device_kind"]), int(seen["devices"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return xla
+    return replace(xla or XlaEvidence(), device_kind=kind, devices=count)
+
+
+def output_tail(log: Path, lines: int = OUTPUT_LINES, size: int = 65536) -> tuple[str, ...]:
+    """The last ``lines`` lines of the script's (capped, redacted) stdout, each at most
+    LINE_WIDTH characters."""
+    try:
+        with log.open("rb") as file:
+            start = max(0, log.stat().st_size - size)
+            file.seek(start)
+            found = file.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ()
+    found = found[1:] if start else found  # the first line read may be cut
+    return tuple(line[:LINE_WIDTH] for line in found[-lines:])
+
+
+def copy_script(command: list[str], folder: Path, cwd: Path) -> str | None:
+    """Copy the Python file ``command`` runs into the variant's folder, redacted; its name
+    there, or None when the command runs no file of its own (``python -m``, a binary)."""
+    found = script_of(command)
+    path = cwd / found if found else None
+    if path is None or not path.is_file():
+        return None
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    copy = folder / path.name
+    copy.write_bytes(redact_text(text).encode("utf-8", errors="surrogateescape"))
+    return copy.name
+
+
+def script_of(command: list[str]) -> str | None:
+    """The file of ``FILE.py ARGS`` or ``python [OPTIONS] FILE ARGS``, else None."""
+    if command[0].endswith(".py"):
+        return command[0]
+    if not re.fullmatch(r"python[\d.]*", Path(command[0]).name):
+        return None
+    args = iter(command[1:])
+    for arg in args:
+        if arg.startswith(("-c", "-m")) or arg == "-":  # code or a module, not a file
+            return None
+        if arg in ("-W", "-X", "--check-hash-based-pycs"):
+            next(args, None)  # the option's value
+        elif not arg.startswith("-"):
+            return arg
+    return None
 
 
 def _seconds(text: str) -> float:
