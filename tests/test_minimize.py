@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.records import read_summary
+from reprokit.records import EnvSpec, read_summary
 
 DATA = Path(__file__).parent / "data" / "minimize"
 
@@ -111,7 +111,7 @@ def test_a_case_with_an_environment_is_minimized_in_it_and_cached_apart(cli, tmp
     minimal = tomllib.loads((out / "minimal.toml").read_text())
     assert minimal["envs"] == {SIX[0]: [SIX[1]]}  # the minimal case runs where it was found
     (kept,) = read_summary(out).variants
-    assert kept.env == {"name": SIX[0], "requirements": [SIX[1]]} and kept.label == "six@six"
+    assert kept.env == EnvSpec(SIX[0], (SIX[1],)) and kept.label == "six@six"
     # the same script in reprokit's own python is another candidate, not a cache hit
     mine = tmp_path / "mine"
     again = cli("minimize", in_env_case(tmp_path, "six", env=False), "--templates", DATA,
