@@ -137,8 +137,8 @@ def compare_stages(
 
 def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path) -> str:
     """The bytes of every tensors.pt compared, how they are compared, and the code comparing."""
-    code = {name: file_digest(Path(__file__).parent / name)
-            for name in ("verdict.py", "tensors.py", "checkpoints.py")}  # fmt: skip
+    comparing = ("verdict.py", "tensors.py", "checkpoints.py", "reading.py", "formats.py")
+    code = {name: file_digest(Path(__file__).parent / name) for name in comparing}
     names = {n for s in pairs for n in (s.name, s.reference, judges[s.name]) if n}
     tensors = {n: file_digest(folder / "stages" / n / "tensors.pt") for n in sorted(names)}
     how = [[s.name, s.reference, judges[s.name]] for s in pairs]
