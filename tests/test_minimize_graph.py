@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.records import MinimizeResult, Outcome, StageResult, Status, VariantResult
-from reprokit.records.run import GraphShrink, Step
+from reprokit.records.minimize import GraphShrink, Step
 from reprokit.tools.capture import command
 from reprokit.tools.minimize.target import Target
 

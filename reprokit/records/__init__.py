@@ -15,13 +15,12 @@ from reprokit.records.comparison import (
     first_divergence,
 )
 from reprokit.records.environment import Environment, EnvSpec
+from reprokit.records.minimize import Change, GraphShrink, MinimizeResult, Step
 from reprokit.records.report import Reports
 from reprokit.records.run import (
     MARKS,
     SUMMARY,
-    Change,
     Machine,
-    MinimizeResult,
     Outcome,
     RunSummary,
     Stage,
@@ -42,6 +41,7 @@ __all__ = [
     "DiffSummary",
     "EnvSpec",
     "Environment",
+    "GraphShrink",
     "Machine",
     "MinimizeResult",
     "Outcome",
@@ -50,6 +50,7 @@ __all__ = [
     "Stage",
     "StageResult",
     "Status",
+    "Step",
     "Timed",
     "VariantResult",
     "Worst",

@@ -15,7 +15,7 @@ import tomli_w
 from reprokit.environment.machine import describe_machine
 from reprokit.generate.variants import Variant
 from reprokit.records import Change, MinimizeResult, RunSummary, VariantResult, write_summary
-from reprokit.records.run import GraphShrink
+from reprokit.records.minimize import GraphShrink
 from reprokit.tools.minimize.search import Runner
 from reprokit.tools.minimize.target import Target
 

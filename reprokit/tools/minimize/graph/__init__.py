@@ -24,7 +24,7 @@ from reprokit.errors import ReprokitError
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
 from reprokit.records import MinimizeResult, Outcome
-from reprokit.records.run import GraphShrink, Step
+from reprokit.records.minimize import GraphShrink, Step
 from reprokit.runner.options import Options
 from reprokit.tools.minimize.cache import Cache
 from reprokit.tools.minimize.graph import program, script

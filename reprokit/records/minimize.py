@@ -1,0 +1,114 @@
+"""What ``reprokit minimize`` found: the changes it kept, and for a captured program the graph
+search's steps; summary.json holds it as ``run.minimized``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from reprokit.records._json import from_json
+
+
+@dataclass(frozen=True)
+class Change:
+    """One parameter the minimizer moved."""
+
+    param: str
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True)
+class Step:
+    """One strategy of the graph minimizer: its candidate runs and the operations it removed."""
+
+    strategy: str
+    candidates: int
+    removed: int
+
+
+@dataclass(frozen=True)
+class GraphShrink:
+    """What the graph minimizer removed from a captured program, each figure before -> after:
+    operations (the tensor results the program computes), inputs (the captured ones and the
+    recorded values that replace removed operations) and weights (parameters, buffers,
+    constants)."""
+
+    nodes: tuple[int, int]
+    inputs: tuple[int, int]
+    weights: tuple[int, int]
+    steps: tuple[Step, ...] = ()
+    program: str = "minimal.pt2"  # the minimal program, beside summary.json
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """The table of what was removed: what, before, after."""
+        named = (("operations", self.nodes), ("inputs", self.inputs), ("weights", self.weights))
+        return [(what, str(pair[0]), str(pair[1])) for what, pair in named]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {
+            "nodes": list(self.nodes),
+            "inputs": list(self.inputs),
+            "weights": list(self.weights),
+            "steps": [asdict(s) for s in self.steps],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GraphShrink:
+        return from_json(
+            cls,
+            data,
+            nodes=tuple,
+            inputs=tuple,
+            weights=tuple,
+            steps=lambda items: tuple(Step(**s) for s in items),
+        )
+
+
+@dataclass(frozen=True)
+class MinimizeResult:
+    """What ``reprokit minimize`` found: the changes that keep the outcome, and the cost."""
+
+    case: str
+    target: str | None  # the outcome it kept, e.g. "mismatch (act.#)"
+    changes: tuple[Change, ...]
+    lines: tuple[int, int]  # script lines before, after
+    candidates: int
+    cache_hits: int
+    seconds: float
+    stopped: str  # done, budget or interrupted
+    graph: GraphShrink | None = None  # a captured program's graph, when it was minimized
+
+    def describe(self) -> str:
+        before = ", ".join(f"{c.param}={c.before!r}" for c in self.changes)
+        after = ", ".join(f"{c.param}={c.after!r}" for c in self.changes)
+        if self.graph is not None:
+            nodes = self.graph.nodes
+            moved = f"; parameters `{before}` to `{after}`" if self.changes else ""
+            return (
+                f"Minimized the captured program from {nodes[0]} to {nodes[1]} operations"
+                f"{moved} (script {self.lines[1]} lines, {self.candidates} candidate runs, "
+                f"{self.cache_hits} cache hits, {self.seconds} s, {self.stopped}), "
+                f"still {self.target}."
+            )
+        return (
+            f"Minimized from `{before}` to `{after}` (script {self.lines[0]} -> "
+            f"{self.lines[1]} lines, {self.candidates} candidate runs), still {self.target}."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self) | {"changes": [asdict(c) for c in self.changes],
+                               "lines": list(self.lines)}  # fmt: skip
+        data["graph"] = self.graph.to_json() if self.graph is not None else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MinimizeResult:
+        return from_json(
+            cls,
+            data,
+            changes=lambda cs: tuple(Change(**c) for c in cs),
+            lines=tuple,
+            graph=GraphShrink.from_json,
+        )
