@@ -112,16 +112,18 @@ def test_a_failed_stage_says_how_it_ended_with_its_last_words(tmp_path):
     assert shown.reason is None  # the failed stage says why, with its evidence
 
 
-def test_what_torch_xla_saw_is_one_row_per_xla_stage(tmp_path):
+def test_what_torch_xla_saw_is_one_table_of_every_xla_stage_passing_or_not(tmp_path):
     stages = (StageResult("cpu", "cpu", Status.OK),
               StageResult("xla", "xla", Status.OK, xla=XLA_SAW, reused="runs/old"))  # fmt: skip
-    summary = RunSummary(started="now", variants=(mismatch(stages=stages),))
+    summary = RunSummary(started="now",
+                         variants=(passing(stages=stages), mismatch(stages=stages)))  # fmt: skip
     report = build_report(summary, tmp_path)
     (shown,) = report.evidence
-    (row,) = shown.xla.rows
-    assert texts(row) == ["xla", "1 x CPU", "4 (0.50 s)", "4 (0.25 s)", "2 / 3",
-                          "aten::linalg_eig"]  # fmt: skip
-    assert row[-1] == Names(("aten::linalg_eig",))
+    failing, fine = report.xla.rows  # those not as expected first, as in the results
+    assert texts(failing) == ["demo", "xla", "1 x CPU", "4 (0.50 s)", "4 (0.25 s)", "2 / 3",
+                              "aten::linalg_eig"]  # fmt: skip
+    assert texts(fine)[:2] == ["fine", "xla"]  # a passing variant's evidence too
+    assert failing[-1] == Names(("aten::linalg_eig",))
     assert shown.recompiled[0].startswith("`xla` compiled a graph for each of its executions (4)")
     assert shown.reused == ("Reused without running again (same script, environment, "
                             "versions): `xla`, from the run in `runs/old`.",)  # fmt: skip
@@ -173,13 +175,26 @@ def test_the_figures_say_what_to_draw(tmp_path):
     variant = mismatch(comparisons=fp64, stages=stages, first_divergence={"xla": "n.2"})
     drawn = build_report(RunSummary(started="now", variants=(variant,)), tmp_path).figures
     (loss,) = drawn.loss
-    assert loss.series == (("xla (xla): loss", (1.0, 0.5)),)  # one step, or no loss: not drawn
+    assert loss.series == (("xla (xla): loss", (1.0, 0.5)),)  # no loss: not drawn
+    assert loss.points == (("xla (xla): final_loss", 0.5),)  # a loss recorded once: a point
     (errors,) = drawn.errors
     assert errors.tensors == ("n.0", "n.1", "n.2", "n.3") and errors.first_index == 2
     assert errors.target_errors == (1e-7, 1e-7, 1e-3, 1e-3)
     (sizes,) = drawn.differences
-    assert sizes.bars[1:3] == (("n.1", 0.0, True), ("n.2", 0.5, False))
+    assert sizes.bars[1:3] == (("n.1", None, True), ("n.2", 0.5, False))  # None: equal
     assert drawn.timings == (("demo xla", 0.0),)  # a stage that never timed draws as 0
+
+
+def test_a_run_that_evaluates_once_per_backend_draws_each_backends_loss():
+    """The seed's stages: training records a series, each evaluation one loss: both backends'
+    evaluations are drawn, not the training curve alone."""
+    stages = (StageResult("train", "xla_multicore", Status.OK, metrics={"train_loss": [1.0, 0.9]}),
+              StageResult("eval_cpu", "cpu", Status.OK, metrics={"loss": 1.1, "w": [1.0, 2.0]}),
+              StageResult("eval_spmd", "xla_spmd", Status.OK, metrics={"loss": 1.1}))  # fmt: skip
+    report = build_report(RunSummary(started="now", variants=(passing(stages=stages),)), Path())
+    (loss,) = report.figures.loss
+    assert [label for label, _ in loss.series] == ["train (xla_multicore): train_loss"]
+    assert loss.points == (("eval_cpu (cpu): loss", 1.1), ("eval_spmd (xla_spmd): loss", 1.1))
 
 
 def test_scripts_are_inlined_and_files_too_large_to_attach_are_named(tmp_path):
