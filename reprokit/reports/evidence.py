@@ -81,13 +81,12 @@ def divergence_lines(variant: VariantResult) -> tuple[Text, ...]:
     what the first differing one is where the stage described it (an operation of a captured
     program: its op, shape, module and the user's source line)."""
     lines = []
-    stages = {stage.name: stage for stage in variant.stages}
     for target, tensor in variant.first_divergence.items():
         if tensor is None:
             continue
         line = f"First divergence in `{target}`: {variant.divergence(target)}."
         line += judged(variant, target, tensor)
-        info = stages[target].described.get(tensor) if target in stages else None
+        info = _described(variant, target, tensor)
         lines.append(line + (f" {described(tensor, info)}" if info else ""))
     methods = {c.method for c in variant.comparisons}
     if lines and "fp64" in methods:
@@ -195,15 +194,22 @@ def noise_line(variant: VariantResult) -> tuple[Text, ...]:
             continue
         first, ref = beyond[0], beyond[0].reference
         bound = f", within the bound {first.bound:.3g}" if first.bound is not None else ""
+        info = _described(variant, target, first.tensor)
         lines.append(
             f"`{target}` parts from `{ref}` at `{first.tensor}` ({first.mismatched:,} of "
             f"{first.total:,} elements beyond rtol={first.rtol:g}, atol={first.atol:g}; "
             f"{len(beyond)} of {len(found)} tensors so), but judged against float64 it is "
             f"rounding noise: `{target}`'s RMSE against float64 is {first.errors[1]:.3g}, "
             f"`{ref}`'s own {first.errors[0]:.3g}{bound} (a few times the reference's error), "
-            "and so for every tensor."
+            "and so for every tensor." + (f" {described(first.tensor, info)}" if info else "")
         )
     return tuple(lines)
+
+
+def _described(variant: VariantResult, target: str, tensor: str) -> dict[str, Any] | None:
+    """What ``target`` said of its ``tensor`` (an operation of a captured program), if it did."""
+    stage = next((s for s in variant.stages if s.name == target), None)
+    return stage.described.get(tensor) if stage is not None else None
 
 
 def xla_table(variants: Iterable[VariantResult]) -> Table | None:

@@ -15,6 +15,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 _NAME_GOES_ON = r"(?![\w.-])"  # /home/al is not a prefix of /home/alice
+# an installed package's file (torch's modules in a captured program's stack): from the
+# packages folder on, wherever the interpreter lives
+_PACKAGES = re.compile(r"(?<![\w.~-])/[^\s\"'`]*?/((?:site|dist)-packages)/")
 
 
 def public_paths(
@@ -22,14 +25,16 @@ def public_paths(
 ) -> str:
     """``text`` with every path inside ``run_dir`` written relative to it
     (``/home/al/runs/seed/case/repro.py`` -> ``case/repro.py``) and every other path under
-    ``home`` written with ``~`` (``-o /home/al/runs/seed`` -> ``-o ~/runs/seed``). The run folder
-    itself, named alone, is said under ``~`` when it is there, as a rerun command needs it.
-    Both are matched as given and as resolved (a symlinked home, a relative run folder)."""
+    ``home`` written with ``~`` (``-o /home/al/runs/seed`` -> ``-o ~/runs/seed``), and an
+    installed package's file from its packages folder on (``site-packages/torch/nn/...``). The
+    run folder itself, named alone, is said under ``~`` when it is there, as a rerun command
+    needs it. Folders are matched as given and as resolved (a symlinked home, a relative run
+    folder)."""
     for folder in _spellings(run_dir):
         text = re.sub(re.escape(folder) + "/+", "", text)
+    text = _PACKAGES.sub(r"\1/", text)
     for folder in _spellings(home):
-        if folder != "/":
-            text = re.sub(re.escape(folder) + _NAME_GOES_ON, "~", text)
+        text = re.sub(re.escape(folder) + _NAME_GOES_ON, "~", text)
     return text
 
 
@@ -39,8 +44,8 @@ def _spellings(folder: Path | str | None) -> Iterable[str]:
     if folder is None or str(folder) == "":
         return []
     path = Path(folder).expanduser()
-    found = {os.path.abspath(path).rstrip("/") or "/", str(path.resolve()).rstrip("/") or "/"}
-    return sorted(found, key=len, reverse=True)
+    found = {os.path.abspath(path).rstrip("/"), str(path.resolve()).rstrip("/")} - {""}
+    return sorted(found, key=len, reverse=True)  # the root folder ("") is no one's layout
 
 
 def user_home() -> Path | None:

@@ -10,12 +10,14 @@ from reprokit.records import (
     Environment,
     EnvSpec,
     Machine,
+    MinimizeResult,
     Outcome,
     RunSummary,
     StageResult,
     Status,
     VariantResult,
 )
+from reprokit.records.run import GraphShrink
 from reprokit.reports import build_report, headline
 from reprokit.reports.model import Cell, Names
 
@@ -218,3 +220,84 @@ def test_the_model_is_built_from_a_summary_read_back_from_json(tmp_path):
     summary = RunSummary(started="now", variants=(mismatch(), passing()))
     again = RunSummary.from_json(summary.to_json())
     assert build_report(again, Path(tmp_path)) == build_report(summary, Path(tmp_path))
+
+
+def fp64_match() -> VariantResult:
+    """pytorch/xla#8372's bf16 ``q @ (kᵀ/√128)``: XLA parts from CPU at the matmul, 254 of
+    10,000 elements beyond rtol, and float64 calls it noise (XLA's RMSE 2.07e-3, CPU's 2.06e-3)."""
+    agree = Comparison("q", "cpu", "xla", (100, 128), "bfloat16", 0.0, 0.0, 0, 12_800, True,
+                       rtol=0.016, atol=1e-5, equal=True, method="fp64",
+                       errors=(1e-3, 1e-3), bound=3.01e-3)  # fmt: skip
+    matmul = Comparison("matmul", "cpu", "xla", (100, 100), "bfloat16", 0.0625, 0.0078, 254,
+                        10_000, True, rtol=0.016, atol=1e-5, method="fp64",
+                        errors=(2.06e-3, 2.07e-3), bound=6.19e-3)  # fmt: skip
+    described = {"matmul": {"op": "aten.matmul.default", "source": "model.py:9: q @ k"}}
+    stages = (StageResult("cpu", "cpu", Status.OK),
+              StageResult("xla", "xla", Status.OK, described=described))  # fmt: skip
+    return passing("qk", comparisons=(agree, matmul), stages=stages, title="bf16 attention scores",
+                   description="q @ (kᵀ/√128) on XLA and CPU.")  # fmt: skip
+
+
+def test_a_match_that_differs_says_where_and_why_float64_calls_it_noise(tmp_path):
+    report = build_report(RunSummary(started="now", variants=(fp64_match(),)), tmp_path)
+    assert report.evidence == () and report.bug is None  # nothing to file
+    (noted,) = report.noted
+    (sentence,) = noted.divergence
+    assert sentence == (
+        "`xla` parts from `cpu` at `matmul` (254 of 10,000 elements beyond rtol=0.016, "
+        "atol=1e-05; 1 of 2 tensors so), but judged against float64 it is rounding noise: "
+        "`xla`'s RMSE against float64 is 0.00207, `cpu`'s own 0.00206, within the bound "
+        "0.00619 (a few times the reference's error), and so for every tensor. `matmul` is "
+        "`aten.matmul.default` from `model.py:9: q @ k`."
+    )
+    (window,) = noted.comparisons.windows
+    assert window.header[5:] == ("beyond rtol / atol ²", "RMSE vs float64: stage / reference",
+                                 "bound ³", "fp64 verdict")  # fmt: skip
+    q, matmul = (texts(row) for row in window.rows)
+    assert matmul[5:] == ["254 / 10,000", "0.00207 / 0.00206", "0.00619", "agrees"]
+    assert q[5:] == ["0 / 12,800", "0.001 / 0.001", "0.00301", "agrees"]
+    assert window.rows[1][0].tone == "bad"  # the first that differs, marked
+    assert "information only" in noted.comparisons.footnote
+
+
+def test_a_fp64_divergence_names_both_errors_and_the_bound(tmp_path):
+    first = Comparison("mean", "cpu", "xla", (8,), "bfloat16", 0.1, 0.1, 3, 8, False,
+                       method="fp64", errors=(3.8e-4, 1.9e-3), bound=1.15e-3)  # fmt: skip
+    variant = mismatch(comparisons=(first,), first_divergence={"xla": "mean"})
+    (shown,) = build_report(RunSummary(started="now", variants=(variant,)), tmp_path).evidence
+    assert shown.divergence[0].endswith(
+        " Against float64: `xla`'s RMSE 0.0019, `cpu`'s own 0.00038, beyond the bound 0.00115."
+    )
+    assert texts(shown.comparisons.windows[0].rows[0])[-1] == "differs"
+
+
+def test_a_passing_run_opens_with_what_ran_and_says_what_each_case_checks(tmp_path):
+    two = (passing("fine[a]", title="T", description="What it does."), passing("fine[b]"))
+    report = build_report(RunSummary(started="now", variants=two), tmp_path)
+    assert report.opening == "reprokit: 2 variants ran, all behaved as expected"
+    assert report.checks == ("`fine` (2 variants): **T**. What it does.",)
+    one = RunSummary(started="now", variants=(passing(), passing("gone", outcome=Outcome.SKIPPED)))
+    assert build_report(one, tmp_path).opening == (
+        "reprokit: 1 variant ran and behaved as expected (1 skipped)"
+    )
+    failing = build_report(RunSummary(started="now", variants=(mismatch(),)), tmp_path)
+    assert failing.opening == "🐛 Bug" and failing.checks == ("`demo`.",)
+
+
+def test_the_minimize_sentence_says_what_was_kept_or_that_nothing_could_be_removed(tmp_path):
+    def sentence(nodes, changes=()):
+        graph = GraphShrink(nodes, (3, 1), (10, 2))
+        found = MinimizeResult("demo", "mismatch (node.#)", changes, (200, 60), 14, 2, 9.5,
+                               "done", graph)  # fmt: skip
+        summary = RunSummary(started="now", variants=(mismatch(),), minimized=found)
+        return build_report(summary, tmp_path).minimized.sentence
+
+    assert sentence((39, 1)).startswith(
+        "Kept 1 of 39 operations (1 of 3 inputs, 2 of 10 weights), still `mismatch (node.#)`: "
+        "the minimal program is `minimal.pt2`, beside summary.json."
+    )
+    assert sentence((11, 11)) == (
+        "Nothing could be removed: all 11 operations of the captured program are needed for "
+        "the outcome (`mismatch (node.#)`), so `minimal.pt2` is the program as captured "
+        "(14 candidate runs, 9.5 s, done)."
+    )
