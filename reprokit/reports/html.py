@@ -146,11 +146,13 @@ def _loss(curves: LossCurves) -> Figure:
     for i, (label, value) in enumerate(curves.points):
         axes.plot([after], [value], linestyle="none", marker=_MARKERS[(i + 1) % len(_MARKERS)],
                   markersize=9 - 3 * (i % 2), fillstyle="none" if i % 2 else "full",
-                  label=f"{label} = {value:.6g}")  # fmt: skip
-    xlabel = "step" + (" (once-recorded losses after the last)" if curves.points else "")
-    axes.set(title=curves.label, xlabel=xlabel, ylabel="loss")
+                  label=f"{label} = {value:.8g}")  # fmt: skip
+    if curves.points:
+        axes.annotate("recorded once", (after, curves.points[0][1]), textcoords="offset points",
+                      xytext=(0, 10), ha="center", fontsize="small")  # fmt: skip
+    axes.set(title=curves.label, xlabel="step", ylabel="loss")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.legend(fontsize="small")
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))  # off the curves
     return figure
 
 
@@ -163,8 +165,9 @@ def _sizes(sizes: DifferenceSizes) -> Figure:
     axes.barh([i for i, *_ in drawn], [size for _, size, _ in drawn], color=colours)
     axes.set_yticks(range(len(sizes.bars)), [tensor for tensor, *_ in sizes.bars])
     axes.set_ylim(len(sizes.bars) - 0.5, -0.5)  # in the order the stage saved them, first on top
-    if drawn:
+    if drawn:  # from a decade below the smallest: its bar has a length to see
         axes.set_xscale("log")
+        axes.set_xlim(left=min(size for _, size, _ in drawn) / 10)
     else:
         axes.set_xticks([])
     for i, (_, size, _) in enumerate(sizes.bars):
