@@ -126,6 +126,8 @@ def test_what_torch_xla_saw_is_one_table_of_every_xla_stage_passing_or_not(tmp_p
                               "aten::linalg_eig"]  # fmt: skip
     assert texts(fine)[:2] == ["fine", "xla"]  # a passing variant's evidence too
     assert failing[-1] == Names(("aten::linalg_eig",))
+    alone = build_report(RunSummary(started="now", variants=(passing(stages=stages),)), tmp_path)
+    assert alone.xla.header[0] == "XLA stage"  # one variant: no column naming it in every row
     assert shown.recompiled[0].startswith("`xla` compiled a graph for each of its executions (4)")
     assert shown.reused == ("Reused without running again (same script, environment, "
                             "versions): `xla`, from the run in `runs/old`.",)  # fmt: skip
