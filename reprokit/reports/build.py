@@ -99,7 +99,7 @@ def build_report(summary: RunSummary, run_dir: Path) -> Report:
     command = " ".join(["reprokit", *summary.argv[1:]]) if summary.argv else None
     return Report(
         headline=headline(summary),
-        bug=bug(shown[0]) if shown else None,
+        bug=bug(shown[0], minimized=summary.minimized is not None) if shown else None,
         command=command,
         evidence=tuple(evidence(v, run_dir) for v in shown),
         expected=expected(shown or list(summary.variants)),
@@ -115,11 +115,14 @@ def build_report(summary: RunSummary, run_dir: Path) -> Report:
     )
 
 
-def bug(first: VariantResult) -> Text:
-    """What goes wrong, from the first problem's case and verdict."""
+def bug(first: VariantResult, *, minimized: bool = False) -> Text:
+    """What goes wrong, from the first problem's case and verdict; in a folder ``reprokit
+    minimize`` wrote, the outcome it kept (its minimal case expects it: not a known problem)."""
     what = first.title or first.case
     why = f" ({plain(first.reason)})" if first.reason else ""
     known = ", as its case expects (a known problem)."
+    if minimized and first.passed:
+        known = ", as the original did: the outcome the minimizer kept."
     ending = known if first.passed else f", where its case expects {first.expected.value}."
     text = f"{what}: `{first.label}` ends in **{first.outcome.value}**{why}{ending}"
     return text + (f" {plain(first.description)}" if first.description else "")

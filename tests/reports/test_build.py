@@ -291,9 +291,13 @@ def test_the_minimize_sentence_says_what_was_kept_or_that_nothing_could_be_remov
         graph = GraphShrink(nodes, (3, 1), (10, 2))
         found = MinimizeResult("demo", "mismatch (node.#)", changes, (200, 60), 14, 2, 9.5,
                                "done", graph)  # fmt: skip
-        summary = RunSummary(started="now", variants=(mismatch(),), minimized=found)
-        return build_report(summary, tmp_path).minimized.sentence
+        summary = RunSummary(started="now", variants=(minimal,), minimized=found)
+        report = build_report(summary, tmp_path)
+        assert report.bug == ("demo: `demo` ends in **mismatch**, as the original did: the "
+                              "outcome the minimizer kept.")  # not "a known problem"  # fmt: skip
+        return report.minimized.sentence
 
+    minimal = mismatch(expected=Outcome.MISMATCH)  # a minimal case expects what it kept
     assert sentence((39, 1)).startswith(
         "Kept 1 of 39 operations (1 of 3 inputs, 2 of 10 weights), still `mismatch (node.#)`: "
         "the minimal program is `minimal.pt2`, beside summary.json."
