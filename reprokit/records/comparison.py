@@ -50,6 +50,7 @@ class Comparison:
     note: str = ""  # why there is nothing to compare element-wise (shape, dtype, missing)
     method: str = "allclose"  # or "fp64": judged by the error against a float64 arbiter
     errors: tuple[float, float] | None = None  # fp64: RMSE of reference, of target
+    bound: float | None = None  # fp64: the most the target's RMSE may be (None: older runs)
 
     @property
     def one_side(self) -> str | None:
@@ -78,6 +79,7 @@ class Comparison:
             inf=tuple,
             worst=lambda ws: tuple(map(Worst.from_json, ws)),
             errors=lambda es: tuple(map(number, es)),
+            bound=number,
         )
 
     def cells(self) -> dict[str, str]:

@@ -12,6 +12,7 @@ from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
 from reprokit.reports.build import build_report, headline
 from reprokit.reports.bundle import write_bundle
 from reprokit.reports.markdown import BUNDLE, markdown
+from reprokit.reports.paths import public_paths, user_home
 
 FORMATS = ("md", "html", "json", "all")
 __all__ = ["FORMATS", "build_report", "headline", "load", "write_reports"]
@@ -38,16 +39,18 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = build_report(summary, run_dir)
+    public = {"run_dir": Path(run_dir), "home": user_home()}  # no machine's layout in a report
     written = []
     if formats in ("md", "all"):
-        written.append(_write(out_dir / "report.md", markdown(report)))
+        written.append(_write(out_dir / "report.md", public_paths(markdown(report), **public)))
     if formats in ("html", "all"):
         from reprokit.reports.html import html  # matplotlib: only when asked for
 
-        written.append(_write(out_dir / "report.html", html(report)))
+        written.append(_write(out_dir / "report.html", public_paths(html(report), **public)))
     if formats in ("json", "all"):
         data = {"verdict": report.headline, **summary.to_json()}
-        written.append(_write(out_dir / "report.json", redact_text(json.dumps(data, indent=2))))
+        text = public_paths(redact_text(json.dumps(data, indent=2)), **public)
+        written.append(_write(out_dir / "report.json", text))
 
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
     return Reports(summary, tuple(written))

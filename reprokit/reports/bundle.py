@@ -1,6 +1,7 @@
 """bundle.zip: what a maintainer needs to rerun and inspect, within GitHub's 25 MB limit.
 
-Text (summary, environment, scripts, case files, logs, result files) goes in first, redacted;
+Text (summary, environment, scripts, case files, logs, result files) goes in first, redacted
+and with its paths relative to the run folder or under ``~`` (reprokit.reports.paths);
 tensors follow, smallest first, while they fit. What is left out is listed inside the bundle.
 """
 
@@ -11,6 +12,7 @@ import zlib
 from pathlib import Path
 
 from reprokit.infra.redact import redact_text
+from reprokit.reports.paths import public_paths, user_home
 
 ATTACHMENT_LIMIT = 25 * 1000 * 1000  # GitHub's limit for a file attached to an issue
 _RESERVE = 256 * 1024  # room for the list of left-out files and the zip's directory
@@ -51,12 +53,14 @@ def write_bundle(run_dir: Path, target: Path, limit: int = ATTACHMENT_LIMIT) -> 
     run_dir = Path(run_dir)
     left_out: list[str] = []
     used = 0
+    home = user_home()
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as bundle:
         for path in _members(run_dir, target):
             name = path.relative_to(run_dir).as_posix()
             if path.suffix in TEXT:
                 text = path.read_bytes().decode("utf-8", errors="surrogateescape")
-                data = redact_text(text).encode("utf-8", errors="surrogateescape")
+                text = public_paths(redact_text(text), run_dir=run_dir, home=home)
+                data = text.encode("utf-8", errors="surrogateescape")
                 cost = len(zlib.compress(data, 6)) + len(name) + 100  # its share of the zip
             else:  # tensors barely compress: their size is their cost, and they are not read
                 data, cost = None, path.stat().st_size + len(name) + 100

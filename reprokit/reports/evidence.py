@@ -5,10 +5,11 @@ stage."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from reprokit.records import Comparison, StageResult, VariantResult
+from reprokit.records import Comparison, Outcome, StageResult, VariantResult
 from reprokit.reports.bundle import ATTACHMENT_LIMIT
 from reprokit.reports.model import (
     Cell,
@@ -25,8 +26,10 @@ from reprokit.reports.model import (
 COMPARISON_HEADER = ("tensor", "stage vs reference", "shape", "max abs", "max rel ¹", "mismatched")
 WRAP_CASE = "wrap"  # the case of the one variant `reprokit wrap` records
 WRAP_SCRIPT = "script"  # its parameter naming the copy of the script beside its stages
-XLA_HEADER = ("XLA stage", "devices", "compilations", "executions", "to / from device",
-              "CPU fallbacks")  # fmt: skip
+FP64_HEADER = (*COMPARISON_HEADER[:5], "beyond rtol / atol ²",
+               "RMSE vs float64: stage / reference", "bound ³", "fp64 verdict")  # fmt: skip
+XLA_HEADER = ("variant", "XLA stage", "devices", "compilations", "executions",
+              "to / from device", "CPU fallbacks")  # fmt: skip
 
 
 def plain(value: object) -> str:
@@ -49,9 +52,8 @@ def evidence(variant: VariantResult, run_dir: Path) -> Evidence:
         reason=plain(variant.reason) if variant.reason and not failed else None,
         failed=tuple(map(failed_stage, failed)),
         reused=reused_lines(variant.stages),
-        divergence=divergence_lines(variant),
+        divergence=divergence_lines(variant) + noise_line(variant),
         comparisons=comparisons(variant),
-        xla=xla_table(variant.stages),
         recompiled=recompiled(variant.stages),
         script=script(run_dir, variant),
         too_large=too_large(run_dir, variant),
@@ -84,12 +86,12 @@ def divergence_lines(variant: VariantResult) -> tuple[Text, ...]:
     what the first differing one is where the stage described it (an operation of a captured
     program: its op, shape, module and the user's source line)."""
     lines = []
-    stages = {stage.name: stage for stage in variant.stages}
     for target, tensor in variant.first_divergence.items():
         if tensor is None:
             continue
         line = f"First divergence in `{target}`: {variant.divergence(target)}."
-        info = stages[target].described.get(tensor) if target in stages else None
+        line += judged(variant, target, tensor)
+        info = _described(variant, target, tensor)
         lines.append(line + (f" {described(tensor, info)}" if info else ""))
     methods = {c.method for c in variant.comparisons}
     if lines and "fp64" in methods:
@@ -98,6 +100,17 @@ def divergence_lines(variant: VariantResult) -> tuple[Text, ...]:
             "error against the float64 run is well beyond the reference stage's."
         )
     return tuple(lines)
+
+
+def judged(variant: VariantResult, target: str, tensor: str) -> str:
+    """Under the fp64 method, the first differing tensor's errors against float64 and the
+    bound it is beyond: what the verdict rests on."""
+    c = next((c for c in variant.comparisons if c.target == target and c.tensor == tensor), None)
+    if c is None or c.errors is None:
+        return ""
+    bound = f", beyond the bound {c.bound:.3g}" if c.bound is not None else ""
+    return (f" Against float64: `{target}`'s RMSE {c.errors[1]:.3g}, `{c.reference}`'s own "
+            f"{c.errors[0]:.3g}{bound}.")  # fmt: skip
 
 
 def described(tensor: str, info: dict[str, Any]) -> str:
@@ -113,57 +126,125 @@ def described(tensor: str, info: dict[str, Any]) -> str:
     return " ".join(parts) + "."
 
 
+def differs(c: Comparison) -> bool:
+    """Outside allclose's rtol / atol somewhere: a difference the fp64 verdict may still call
+    noise (then ``c.allclose`` holds while elements mismatch)."""
+    return not c.allclose or c.mismatched > 0
+
+
 def comparisons(variant: VariantResult) -> Comparisons | None:
     """The comparisons in the order the stages saved their tensors, from two that agree
-    before the first divergence of each target on; the first to differ marked. max rel is
-    the largest |target - reference| / |reference| where the reference is not 0 (max abs
-    covers those). None when every tensor agrees."""
-    if not any(not c.allclose for c in variant.comparisons):
+    before the first divergence of each target on (or, for a match whose tensors are beyond
+    allclose's tolerance and judged noise against float64, before the first such); the first
+    marked. Under the fp64 method each side's error against float64, the bound and the verdict
+    are shown, the allclose count beside them as information. max rel is the largest
+    |target - reference| / |reference| where the reference is not 0 (max abs covers those).
+    None when nothing differs."""
+    if not any(map(differs, variant.comparisons)):
         return None
+    fp64 = any(c.method == "fp64" for c in variant.comparisons)
     windows = []
     for target in dict.fromkeys(c.target for c in variant.comparisons):
         found = [c for c in variant.comparisons if c.target == target]
         first = next((i for i, c in enumerate(found) if not c.allclose), None)
+        if first is None:  # a match: where it first differs, which the verdict calls noise
+            first = next((i for i, c in enumerate(found) if differs(c)), None)
         if first is None:
             continue
-        rows = tuple(_row(c, first=c is found[first]) for c in found[max(0, first - 2) :])
-        numeric = (False, False, False, True, True, True)
-        windows.append(Table(COMPARISON_HEADER, rows, numeric, title=target))
+        rows = tuple(
+            _row(c, first=c is found[first], fp64=fp64) for c in found[max(0, first - 2) :]
+        )
+        header = FP64_HEADER if fp64 else COMPARISON_HEADER
+        numeric = (False, False, False, True, True, True) + (True, True, False) * fp64
+        windows.append(Table(header, rows, numeric, title=target))
     note = (
         "¹ |stage - reference| / |reference| where the reference is not 0; max abs covers the rest."
     )
+    if fp64:
+        note += (
+            " ² Elements beyond allclose's rtol / atol: information only; under the fp64 method "
+            "the verdict is the last column. ³ The most the stage's RMSE against float64 may be: "
+            "a few times the reference's own, plus tol / 10 (the dynamo accuracy minifier's rule)."
+        )
     return Comparisons(tuple(windows), len(variant.comparisons), note)
 
 
-def _row(c: Comparison, *, first: bool) -> tuple[Cell, ...]:
+def _row(c: Comparison, *, first: bool, fp64: bool = False) -> tuple[Cell, ...]:
     cells = c.cells()
     shape = cells["note"] if c.shape is None else cells["shape"]
     mismatched = cells["note"] or cells["mismatched"]
-    return (
+    row = (
         Cell(cells["tensor"], code=True, tone="bad" if first else ""),
         *(Cell(text) for text in (cells["stages"], shape, cells["max_abs"], cells["max_rel"])),
         Cell(mismatched),
     )
+    if not fp64:
+        return row
+    errors = "-" if c.errors is None else f"{c.errors[1]:.3g} / {c.errors[0]:.3g}"
+    bound = "-" if c.bound is None else f"{c.bound:.3g}"
+    verdict = Cell("agrees", tone="good") if c.allclose else Cell("differs", tone="bad")
+    return (*row, Cell(errors), Cell(bound), verdict)
 
 
-def xla_table(stages: tuple[StageResult, ...]) -> Table | None:
-    """What torch_xla saw in each XLA stage: devices, compilations and executions, transfers,
-    operations that fell back to the CPU."""
+def noise_line(variant: VariantResult) -> tuple[Text, ...]:
+    """A match whose target parts from its reference beyond allclose's tolerance, judged noise
+    against float64: where (the first tensor, its counts) and why, one sentence per target."""
+    if variant.outcome is not Outcome.MATCH:
+        return ()
+    lines = []
+    for target in dict.fromkeys(c.target for c in variant.comparisons):
+        found = [c for c in variant.comparisons if c.target == target and c.shape is not None]
+        beyond = [c for c in found if c.allclose and c.mismatched and c.errors is not None]
+        if not beyond or any(not c.allclose for c in found):
+            continue
+        first, ref = beyond[0], beyond[0].reference
+        within = "(a few times the reference's error)"
+        if first.bound is not None and first.errors[1] > first.bound:  # close element-wise
+            within = f"beyond the bound {first.bound:.3g} but close at the method's tolerance"
+        elif first.bound is not None:
+            within = f"within the bound {first.bound:.3g} {within}"
+        info = _described(variant, target, first.tensor)
+        lines.append(
+            f"`{target}` parts from `{ref}` at `{first.tensor}` ({first.mismatched:,} of "
+            f"{first.total:,} elements beyond rtol={first.rtol:g}, atol={first.atol:g}; "
+            f"{len(beyond)} of {len(found)} tensors so), but judged against float64 it is "
+            f"rounding noise: `{target}`'s RMSE against float64 is {first.errors[1]:.3g}, "
+            f"`{ref}`'s own {first.errors[0]:.3g}, {within}, and so for every tensor."
+            + (f" {described(first.tensor, info)}" if info else "")
+        )
+    return tuple(lines)
+
+
+def _described(variant: VariantResult, target: str, tensor: str) -> dict[str, Any] | None:
+    """What ``target`` said of its ``tensor`` (an operation of a captured program), if it did."""
+    stage = next((s for s in variant.stages if s.name == target), None)
+    return stage.described.get(tensor) if stage is not None else None
+
+
+def xla_table(variants: Iterable[VariantResult]) -> Table | None:
+    """What torch_xla saw in each XLA stage of each variant, passing or not: devices,
+    compilations and executions, transfers, operations that fell back to the CPU."""
     rows = []
-    for stage in (s for s in stages if s.xla):
-        x = stage.xla
-        devices = "?" if x.devices is None else x.devices
-        rows.append((
-            Cell(stage.name, code=True),
-            Cell(f"{devices} x {x.device_kind or '?'}"),
-            Cell(f"{x.compile.count} ({x.compile.seconds:.2f} s)"),
-            Cell(f"{x.execute.count} ({x.execute.seconds:.2f} s)"),
-            Cell(f"{x.to_device.count} / {x.from_device.count}"),
-            Names(x.fallbacks),
-        ))  # fmt: skip
+    for variant in variants:
+        for stage in (s for s in variant.stages if s.xla):
+            x = stage.xla
+            devices = "?" if x.devices is None else x.devices
+            rows.append((
+                Cell(variant.label, code=True),
+                Cell(stage.name, code=True),
+                Cell(f"{devices} x {x.device_kind or '?'}"),
+                Cell(f"{x.compile.count} ({x.compile.seconds:.2f} s)"),
+                Cell(f"{x.execute.count} ({x.execute.seconds:.2f} s)"),
+                Cell(f"{x.to_device.count} / {x.from_device.count}"),
+                Names(x.fallbacks),
+            ))  # fmt: skip
     if not rows:
         return None
-    return Table(XLA_HEADER, tuple(rows), (False, False, True, True, True, False))
+    numeric = (False, False, False, True, True, True, False)
+    if len({row[0].text for row in rows}) == 1:  # one variant: its name in every row says nothing
+        return Table(XLA_HEADER[1:], tuple(row[1:] for row in rows), numeric[1:],
+                     title="What torch_xla saw")  # fmt: skip
+    return Table(XLA_HEADER, tuple(rows), numeric, title="What torch_xla saw")
 
 
 def recompiled(stages: tuple[StageResult, ...]) -> tuple[Text, ...]:
@@ -209,8 +290,8 @@ def host_reads(stages: tuple[StageResult, ...]) -> tuple[Text, ...]:
         times = "" if count is None else f" {count} time{'s' * (count != 1)}"
         names = ", ".join(f"`{name}`" for name in stage.xla.host_reads)
         lines.append(f"`{stage.name}` read a value back to Python{times} ({names}: `.item()`, "
-                     "`bool()` of a tensor, a tensor in an `if`): transfers from the device, "
-                     "among its \"from device\" above, not CPU fallbacks.")  # fmt: skip
+                     "`bool()` of a tensor, a tensor in an `if`): transfers from the device "
+                     "(counted in \"What torch_xla saw\"), not CPU fallbacks.")  # fmt: skip
     return tuple(lines)
 
 

@@ -45,10 +45,17 @@ code{background:#f4f4f4;padding:0 .2em}
 
 def html(report: Report) -> str:
     """The whole page as a string; every value escaped, every secret redacted."""
-    body = [f"<h1>reprokit report</h1><p>{_text(report.headline)}</p>"]
+    body = [f"<h1>{_text(report.opening)}</h1>"]
+    body += [f"<p>{_text(report.bug)}</p>"] if report.bug else []
+    body += [f"<p>{_text(report.headline)}</p>"]
+    if report.checks:
+        items = "".join(f"<li>{_text(line)}</li>" for line in report.checks)
+        body.append(f"<p>What each case checks:</p><ul>{items}</ul>")
     body += _table(report.results)
-    for shown in report.evidence[:MAX_SECTIONS]:  # known bugs are evidence too
+    for shown in (*report.evidence, *report.noted)[:MAX_SECTIONS]:  # known bugs are evidence too
         body += _evidence(shown)
+    if report.xla is not None:
+        body += _table(report.xla)
     drawn = report.figures
     body += _figures("Loss curves per backend", [_loss(f) for f in drawn.loss])
     body += _figures("Error against float64, operation by operation",
@@ -133,23 +140,50 @@ def _svg(figure: Figure) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline SVG
 
 
+_STYLES = ("-", "--", ":", "-.")  # backends that agree draw on top of each other: told apart
+_MARKERS = ("o", "s", "^", "D", "v")
+
+
 def _loss(curves: LossCurves) -> Figure:
-    figure, axes = plt.subplots(figsize=(5, 3))
-    for label, values in curves.series:
-        axes.plot(range(1, len(values) + 1), values, marker="o", label=label)
+    """Each loss series a line of its own style, then each one-off loss (an evaluation on each
+    backend) a point after the last step, its value in the legend: two that agree stay two."""
+    figure, axes = plt.subplots(figsize=(6, 3.2))
+    for i, (label, values) in enumerate(curves.series):
+        axes.plot(range(1, len(values) + 1), values, linestyle=_STYLES[i % len(_STYLES)],
+                  marker=_MARKERS[i % len(_MARKERS)], markersize=7 - 2 * (i % 3),
+                  label=label)  # fmt: skip
+    after = max((len(values) for _, values in curves.series), default=0) + 1
+    for i, (label, value) in enumerate(curves.points):
+        axes.plot([after], [value], linestyle="none", marker=_MARKERS[(i + 1) % len(_MARKERS)],
+                  markersize=9 - 3 * (i % 2), fillstyle="none" if i % 2 else "full",
+                  label=f"{label} = {value:.8g}")  # fmt: skip
+    if curves.points:
+        axes.annotate("recorded once", (after, curves.points[0][1]), textcoords="offset points",
+                      xytext=(0, 10), ha="center", fontsize="small")  # fmt: skip
     axes.set(title=curves.label, xlabel="step", ylabel="loss")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.legend(fontsize="small")
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))  # off the curves
     return figure
 
 
 def _sizes(sizes: DifferenceSizes) -> Figure:
+    """A bar per differing tensor on a log scale; tensors exactly equal get no bar (zero has
+    no place on a log scale, and a bar would read as a small difference) but the word."""
     figure, axes = plt.subplots(figsize=(6, 0.5 + 0.22 * len(sizes.bars)))
-    values = [max(size, 1e-30) for _, size, _ in sizes.bars]  # log scale: 0 drawn at 1e-30
-    colours = ["#137333" if close else "#b00020" for *_, close in sizes.bars]
-    axes.barh([tensor for tensor, *_ in sizes.bars], values, color=colours)
-    axes.set_xscale("log")
-    axes.invert_yaxis()  # in the order the stage saved them, first at the top
+    drawn = [(i, size, close) for i, (_, size, close) in enumerate(sizes.bars) if size]
+    colours = ["#137333" if close else "#b00020" for *_, close in drawn]
+    axes.barh([i for i, *_ in drawn], [size for _, size, _ in drawn], color=colours)
+    axes.set_yticks(range(len(sizes.bars)), [tensor for tensor, *_ in sizes.bars])
+    axes.set_ylim(len(sizes.bars) - 0.5, -0.5)  # in the order the stage saved them, first on top
+    if drawn:  # from a decade below the smallest: its bar has a length to see
+        axes.set_xscale("log")
+        axes.set_xlim(left=min(size for _, size, _ in drawn) / 10)
+    else:
+        axes.set_xticks([])
+    for i, (_, size, _) in enumerate(sizes.bars):
+        if size is None:
+            axes.text(0.01, i, "= equal", transform=axes.get_yaxis_transform(), va="center",
+                      color="#137333", fontsize="small")  # fmt: skip
     axes.set(title=f"{sizes.label}: max abs difference", xlabel="max |target - reference|")
     return figure
 

@@ -64,7 +64,7 @@ class Budget:
 
 def markdown(report: Report, limit: int = GITHUB_BODY_LIMIT) -> str:
     """report.md, in pytorch/xla's bug template: at most ``limit`` characters."""
-    budget = Budget(variants=len(report.evidence))
+    budget = Budget(variants=max(len(report.evidence), len(report.noted)))
     while True:
         body = redact_text(_markdown(report, budget))
         if len(body) <= limit or not budget.shrink(len(report.evidence)):
@@ -72,8 +72,13 @@ def markdown(report: Report, limit: int = GITHUB_BODY_LIMIT) -> str:
 
 
 def _markdown(report: Report, budget: Budget) -> str:
-    parts = ["## 🐛 Bug", "", *([report.bug, ""] if report.bug else [])]
-    parts += [f"reprokit: {report.headline}", "", "## To Reproduce", ""]
+    parts = [f"## {report.opening}", "", *([report.bug, ""] if report.bug else [])]
+    parts += [f"reprokit: {report.headline}", ""]
+    if report.checks:
+        parts += ["What each case checks:", "", *(f"- {line}" for line in report.checks), ""]
+    for shown in report.noted[: budget.variants]:  # a match that differs: where, and why noise
+        parts += _evidence(shown, budget.rows)
+    parts += ["## To Reproduce", ""]
     if report.command:
         parts += ["With reprokit, the whole run:", "", *fenced(report.command, "sh"), ""]
     for shown in report.evidence[: budget.scripts]:
@@ -82,6 +87,8 @@ def _markdown(report: Report, budget: Budget) -> str:
         parts += _evidence(shown, budget.rows)
     parts += ["## Expected behavior", "", *(f"- {line}" for line in report.expected), ""]
     parts += ["## Environment", "", *_environment(report.environment), ""]
+    if report.xla is not None and budget.result_rows:
+        parts += _rows_of(report.xla, budget.result_rows, "XLA stages")
     parts += ["## Additional context", ""]
     if report.minimized is not None:
         parts += _minimized(report.minimized)
@@ -135,8 +142,6 @@ def _evidence(shown: Evidence, rows: int) -> list[str]:
         lines += [*paragraph, ""] if paragraph else []
     if shown.comparisons is not None:
         lines += _comparisons(shown.comparisons, rows)
-    if shown.xla is not None:
-        lines += [*table(shown.xla), ""]
     for sentence in (*shown.host_reads, *shown.recompiled):
         lines += [sentence, ""]
     return lines
@@ -193,11 +198,16 @@ def _minimized(found: Minimized) -> list[str]:
     return lines
 
 
+def _rows_of(found: Table, rows: int, what: str) -> list[str]:
+    """A titled table of at most ``rows`` rows, and how many more summary.json holds."""
+    lines = titled(found, found.rows[:rows])
+    if len(found.rows) > rows:
+        lines.append(f"\n({len(found.rows) - rows} more {what} in summary.json)")
+    return [*lines, ""]
+
+
 def _results(report: Report, rows: int) -> list[str]:
-    results = report.results
-    lines = titled(results, results.rows[:rows])
-    if len(results.rows) > rows:
-        lines.append(f"\n({len(results.rows) - rows} more variants in summary.json)")
+    lines = _rows_of(report.results, rows, "variants")[:-1]
     if any(row < rows for row in report.reused_rows):
         note = "A reused stage did not run again: its script, environment and versions were"
         lines.append(f"\n{note} those of an earlier run (`reprokit run --no-cache` runs all).")

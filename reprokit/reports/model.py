@@ -95,8 +95,8 @@ class Comparisons:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One variant that did not behave as expected, or shows a known problem: why it ended
-    so, where it diverges, and what torch_xla saw."""
+    """One variant that did not behave as expected, or shows a known problem, or a match that
+    parts from its reference within float64's noise: why it ended so, where it diverges."""
 
     label: str
     heading: Text
@@ -106,7 +106,6 @@ class Evidence:
     reused: tuple[Text, ...] = ()  # stages the results cache gave, and from which run
     divergence: tuple[Text, ...] = ()  # first divergence per target, how it was judged
     comparisons: Comparisons | None = None  # None when every tensor agrees
-    xla: Table | None = None  # one row per XLA stage
     recompiled: tuple[Text, ...] = ()  # XLA stages that compiled anew at every execution
     script: Script | None = None
     too_large: tuple[Text, ...] = ()  # files beside its script too large to attach
@@ -136,19 +135,21 @@ class Minimized:
 
 @dataclass(frozen=True)
 class LossCurves:
-    """A variant's loss series, per stage (backend) and metric."""
+    """A variant's loss series, per stage (backend) and metric, and the losses its stages
+    recorded once (an evaluation after training: one value per backend), drawn as points."""
 
     label: str
     series: tuple[tuple[str, tuple[float, ...]], ...]
+    points: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class DifferenceSizes:
     """A variant's largest absolute difference per tensor, in saved order, and whether each
-    is within tolerance."""
+    is within tolerance; None where the tensors are exactly equal (no difference to draw)."""
 
     label: str
-    bars: tuple[tuple[str, float, bool], ...]
+    bars: tuple[tuple[str, float | None, bool], ...]
 
 
 @dataclass(frozen=True)
@@ -190,3 +191,7 @@ class Report:
     reused_rows: tuple[int, ...] = ()  # the results rows whose variant reused stages
     minimized: Minimized | None = None
     figures: Figures = field(default_factory=Figures)
+    opening: Text = "🐛 Bug"  # the first heading: the bug, or what ran and what it found
+    checks: tuple[Text, ...] = ()  # what each case checks: its title and description
+    noted: tuple[Evidence, ...] = ()  # matches that part from their reference within noise
+    xla: Table | None = None  # what torch_xla saw: one row per XLA stage of every variant

@@ -155,3 +155,16 @@ def test_seed_captures_activations_only_when_asked(tmp_path):
     assert "1e-3" not in script.read_text()  # the test-only fault lives in tests/data only
     (plain,) = load_variants(["xser_to_spmd"])
     assert "register_forward_hook" not in render(plain)
+
+
+def test_the_fp64_method_records_the_bound_its_verdict_rests_on():
+    """bf16 results: the target may be at most 3x the reference's error against float64, plus
+    tol / 10; the bound is recorded so that a report can show what the verdict rests on."""
+    exact = torch.linspace(-1, 1, 2000, dtype=torch.float64)
+    reference = exact.to(torch.bfloat16)
+    target = (exact + 1e-3).to(torch.bfloat16)
+    found = compare_tensor("x", reference, target, arbiter=exact)
+    ref_error, target_error = found.errors
+    assert found.method == "fp64" and found.bound == pytest.approx(3 * ref_error + 1e-5)
+    assert found.allclose is (target_error <= found.bound)
+    assert compare_tensor("x", reference, target).bound is None  # allclose: no bound

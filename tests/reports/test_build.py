@@ -10,12 +10,14 @@ from reprokit.records import (
     Environment,
     EnvSpec,
     Machine,
+    MinimizeResult,
     Outcome,
     RunSummary,
     StageResult,
     Status,
     VariantResult,
 )
+from reprokit.records.minimize import GraphShrink
 from reprokit.reports import build_report, headline
 from reprokit.reports.model import Cell, Names
 
@@ -112,16 +114,20 @@ def test_a_failed_stage_says_how_it_ended_with_its_last_words(tmp_path):
     assert shown.reason is None  # the failed stage says why, with its evidence
 
 
-def test_what_torch_xla_saw_is_one_row_per_xla_stage(tmp_path):
+def test_what_torch_xla_saw_is_one_table_of_every_xla_stage_passing_or_not(tmp_path):
     stages = (StageResult("cpu", "cpu", Status.OK),
               StageResult("xla", "xla", Status.OK, xla=XLA_SAW, reused="runs/old"))  # fmt: skip
-    summary = RunSummary(started="now", variants=(mismatch(stages=stages),))
+    summary = RunSummary(started="now",
+                         variants=(passing(stages=stages), mismatch(stages=stages)))  # fmt: skip
     report = build_report(summary, tmp_path)
     (shown,) = report.evidence
-    (row,) = shown.xla.rows
-    assert texts(row) == ["xla", "1 x CPU", "4 (0.50 s)", "4 (0.25 s)", "2 / 3",
-                          "aten::linalg_eig"]  # fmt: skip
-    assert row[-1] == Names(("aten::linalg_eig",))
+    failing, fine = report.xla.rows  # those not as expected first, as in the results
+    assert texts(failing) == ["demo", "xla", "1 x CPU", "4 (0.50 s)", "4 (0.25 s)", "2 / 3",
+                              "aten::linalg_eig"]  # fmt: skip
+    assert texts(fine)[:2] == ["fine", "xla"]  # a passing variant's evidence too
+    assert failing[-1] == Names(("aten::linalg_eig",))
+    alone = build_report(RunSummary(started="now", variants=(passing(stages=stages),)), tmp_path)
+    assert alone.xla.header[0] == "XLA stage"  # one variant: no column naming it in every row
     assert shown.recompiled[0].startswith("`xla` compiled a graph for each of its executions (4)")
     assert shown.reused == ("Reused without running again (same script, environment, "
                             "versions): `xla`, from the run in `runs/old`.",)  # fmt: skip
@@ -173,13 +179,26 @@ def test_the_figures_say_what_to_draw(tmp_path):
     variant = mismatch(comparisons=fp64, stages=stages, first_divergence={"xla": "n.2"})
     drawn = build_report(RunSummary(started="now", variants=(variant,)), tmp_path).figures
     (loss,) = drawn.loss
-    assert loss.series == (("xla (xla): loss", (1.0, 0.5)),)  # one step, or no loss: not drawn
+    assert loss.series == (("xla (xla): loss", (1.0, 0.5)),)  # no loss: not drawn
+    assert loss.points == (("xla (xla): final_loss", 0.5),)  # a loss recorded once: a point
     (errors,) = drawn.errors
     assert errors.tensors == ("n.0", "n.1", "n.2", "n.3") and errors.first_index == 2
     assert errors.target_errors == (1e-7, 1e-7, 1e-3, 1e-3)
     (sizes,) = drawn.differences
-    assert sizes.bars[1:3] == (("n.1", 0.0, True), ("n.2", 0.5, False))
+    assert sizes.bars[1:3] == (("n.1", None, True), ("n.2", 0.5, False))  # None: equal
     assert drawn.timings == (("demo xla", 0.0),)  # a stage that never timed draws as 0
+
+
+def test_a_run_that_evaluates_once_per_backend_draws_each_backends_loss():
+    """The seed's stages: training records a series, each evaluation one loss: both backends'
+    evaluations are drawn, not the training curve alone."""
+    stages = (StageResult("train", "xla_multicore", Status.OK, metrics={"train_loss": [1.0, 0.9]}),
+              StageResult("eval_cpu", "cpu", Status.OK, metrics={"loss": 1.1, "w": [1.0, 2.0]}),
+              StageResult("eval_spmd", "xla_spmd", Status.OK, metrics={"loss": 1.1}))  # fmt: skip
+    report = build_report(RunSummary(started="now", variants=(passing(stages=stages),)), Path())
+    (loss,) = report.figures.loss
+    assert [label for label, _ in loss.series] == ["train (xla_multicore): train_loss"]
+    assert loss.points == (("eval_cpu (cpu): loss", 1.1), ("eval_spmd (xla_spmd): loss", 1.1))
 
 
 def test_scripts_are_inlined_and_files_too_large_to_attach_are_named(tmp_path):
@@ -203,3 +222,88 @@ def test_the_model_is_built_from_a_summary_read_back_from_json(tmp_path):
     summary = RunSummary(started="now", variants=(mismatch(), passing()))
     again = RunSummary.from_json(summary.to_json())
     assert build_report(again, Path(tmp_path)) == build_report(summary, Path(tmp_path))
+
+
+def fp64_match() -> VariantResult:
+    """pytorch/xla#8372's bf16 ``q @ (kᵀ/√128)``: XLA parts from CPU at the matmul, 254 of
+    10,000 elements beyond rtol, and float64 calls it noise (XLA's RMSE 2.07e-3, CPU's 2.06e-3)."""
+    agree = Comparison("q", "cpu", "xla", (100, 128), "bfloat16", 0.0, 0.0, 0, 12_800, True,
+                       rtol=0.016, atol=1e-5, equal=True, method="fp64",
+                       errors=(1e-3, 1e-3), bound=3.01e-3)  # fmt: skip
+    matmul = Comparison("matmul", "cpu", "xla", (100, 100), "bfloat16", 0.0625, 0.0078, 254,
+                        10_000, True, rtol=0.016, atol=1e-5, method="fp64",
+                        errors=(2.06e-3, 2.07e-3), bound=6.19e-3)  # fmt: skip
+    described = {"matmul": {"op": "aten.matmul.default", "source": "model.py:9: q @ k"}}
+    stages = (StageResult("cpu", "cpu", Status.OK),
+              StageResult("xla", "xla", Status.OK, described=described))  # fmt: skip
+    return passing("qk", comparisons=(agree, matmul), stages=stages, title="bf16 attention scores",
+                   description="q @ (kᵀ/√128) on XLA and CPU.")  # fmt: skip
+
+
+def test_a_match_that_differs_says_where_and_why_float64_calls_it_noise(tmp_path):
+    report = build_report(RunSummary(started="now", variants=(fp64_match(),)), tmp_path)
+    assert report.evidence == () and report.bug is None  # nothing to file
+    (noted,) = report.noted
+    (sentence,) = noted.divergence
+    assert sentence == (
+        "`xla` parts from `cpu` at `matmul` (254 of 10,000 elements beyond rtol=0.016, "
+        "atol=1e-05; 1 of 2 tensors so), but judged against float64 it is rounding noise: "
+        "`xla`'s RMSE against float64 is 0.00207, `cpu`'s own 0.00206, within the bound "
+        "0.00619 (a few times the reference's error), and so for every tensor. `matmul` is "
+        "`aten.matmul.default` from `model.py:9: q @ k`."
+    )
+    (window,) = noted.comparisons.windows
+    assert window.header[5:] == ("beyond rtol / atol ²", "RMSE vs float64: stage / reference",
+                                 "bound ³", "fp64 verdict")  # fmt: skip
+    q, matmul = (texts(row) for row in window.rows)
+    assert matmul[5:] == ["254 / 10,000", "0.00207 / 0.00206", "0.00619", "agrees"]
+    assert q[5:] == ["0 / 12,800", "0.001 / 0.001", "0.00301", "agrees"]
+    assert window.rows[1][0].tone == "bad"  # the first that differs, marked
+    assert "information only" in noted.comparisons.footnote
+
+
+def test_a_fp64_divergence_names_both_errors_and_the_bound(tmp_path):
+    first = Comparison("mean", "cpu", "xla", (8,), "bfloat16", 0.1, 0.1, 3, 8, False,
+                       method="fp64", errors=(3.8e-4, 1.9e-3), bound=1.15e-3)  # fmt: skip
+    variant = mismatch(comparisons=(first,), first_divergence={"xla": "mean"})
+    (shown,) = build_report(RunSummary(started="now", variants=(variant,)), tmp_path).evidence
+    assert shown.divergence[0].endswith(
+        " Against float64: `xla`'s RMSE 0.0019, `cpu`'s own 0.00038, beyond the bound 0.00115."
+    )
+    assert texts(shown.comparisons.windows[0].rows[0])[-1] == "differs"
+
+
+def test_a_passing_run_opens_with_what_ran_and_says_what_each_case_checks(tmp_path):
+    two = (passing("fine[a]", title="T", description="What it does."), passing("fine[b]"))
+    report = build_report(RunSummary(started="now", variants=two), tmp_path)
+    assert report.opening == "reprokit: 2 variants ran, all behaved as expected"
+    assert report.checks == ("`fine` (2 variants): **T**. What it does.",)
+    one = RunSummary(started="now", variants=(passing(), passing("gone", outcome=Outcome.SKIPPED)))
+    assert build_report(one, tmp_path).opening == (
+        "reprokit: 1 variant ran and behaved as expected (1 skipped)"
+    )
+    failing = build_report(RunSummary(started="now", variants=(mismatch(),)), tmp_path)
+    assert failing.opening == "🐛 Bug" and failing.checks == ("`demo`.",)
+
+
+def test_the_minimize_sentence_says_what_was_kept_or_that_nothing_could_be_removed(tmp_path):
+    def sentence(nodes, changes=()):
+        graph = GraphShrink(nodes, (3, 1), (10, 2))
+        found = MinimizeResult("demo", "mismatch (node.#)", changes, (200, 60), 14, 2, 9.5,
+                               "done", graph)  # fmt: skip
+        summary = RunSummary(started="now", variants=(minimal,), minimized=found)
+        report = build_report(summary, tmp_path)
+        assert report.bug == ("demo: `demo` ends in **mismatch**, as the original did: the "
+                              "outcome the minimizer kept.")  # not "a known problem"  # fmt: skip
+        return report.minimized.sentence
+
+    minimal = mismatch(expected=Outcome.MISMATCH)  # a minimal case expects what it kept
+    assert sentence((39, 1)).startswith(
+        "Kept 1 of 39 operations (1 of 3 inputs, 2 of 10 weights), still `mismatch (node.#)`: "
+        "the minimal program is `minimal.pt2`, beside summary.json."
+    )
+    assert sentence((11, 11)) == (
+        "Nothing could be removed: all 11 operations of the captured program are needed for "
+        "the outcome (`mismatch (node.#)`), so `minimal.pt2` is the program as captured "
+        "(14 candidate runs, 9.5 s, done)."
+    )

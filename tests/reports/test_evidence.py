@@ -5,12 +5,14 @@ bundle whose distributed checkpoint can be read back."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
 
 import cmarkgfm
+import pytest
 from conftest import DATA, TEST_TEMPLATES
 
 import reprokit
@@ -64,12 +66,15 @@ def test_xla_stages_record_what_torch_xla_saw(tmp_path, write_case):
         (tmp_path / "run" / "case" / "stages" / "eig_xla" / "result.json").read_text()
     )
     assert saved["xla"] == xla.xla.to_json()  # the script's JSON, as it wrote it
-    # a match shows no variant section: the table is in the variant's details when it differs
+    # a match: no bug heading, and still what torch_xla saw, in one table of every XLA stage
     assert variant.outcome is Outcome.MATCH
     reprokit.report(tmp_path / "run", formats="md")
     text = (tmp_path / "run" / "report.md").read_text()
+    assert text.startswith("## reprokit: 1 variant ran and behaved as expected\n")
+    assert "- `case`: **eig**." in text  # what the case checks
     assert "- Reproducible on XLA backend [CPU]" in text
     assert "- XLA devices the stages saw: 1 x CPU" in text
+    assert re.search(r"\n\| `eig_xla` \| 1 x CPU \| .* \| `aten::linalg_eig` \|", text)
 
 
 def test_the_bundle_keeps_a_readable_distributed_checkpoint(tmp_path, cli):
@@ -96,3 +101,29 @@ def test_the_standalone_script_dumps_hlo_too(tmp_path, write_case):
     assert done.returncode == 0, done.stderr[-2000:]
     (hlo,) = (tmp_path / "w" / "eig_xla").glob("graphs.hlo*")
     assert "HloModule" in hlo.read_text()
+
+
+def test_a_bf16_match_that_differs_from_cpu_says_where_and_why_it_is_noise(tmp_path):
+    """A captured transformer in bfloat16: XLA parts from CPU beyond allclose's tolerance from
+    its first attention on, and float64 calls it noise. The report, which opens with what ran
+    (nothing to file), says where and why, and shows the errors the verdict rests on."""
+    run_dir = tmp_path / "run"
+    summary = reprokit.run(reprokit.load_cases(["captured_transformer_bf16"]), run_dir=run_dir)
+    assert summary.variants[0].outcome is Outcome.MATCH
+    reprokit.report(run_dir, formats="md")
+    text = (run_dir / "report.md").read_text()
+    assert text.startswith("## reprokit: 1 variant ran and behaved as expected\n")
+    assert "**Captured transformer encoder in bfloat16" in text  # what the case checks
+    found = re.search(
+        r"`xla` parts from `cpu` at `(node\.\d+\.\w+)` \((\d+) of (\d+) elements beyond "
+        r"rtol=0\.016, atol=1e-05; \d+ of \d+ tensors so\), but judged against float64 it is "
+        r"rounding noise: `xla`'s RMSE against float64 is ([\d.e-]+), `cpu`'s own ([\d.e-]+), "
+        r"within the bound ([\d.e-]+)",
+        text,
+    )
+    assert found, text[:3000]
+    first = next(c for c in summary.variants[0].comparisons if c.mismatched)
+    assert found.group(1) == first.tensor and int(found.group(2)) == first.mismatched
+    assert float(found.group(4)) == pytest.approx(first.errors[1], rel=1e-2)
+    assert "| RMSE vs float64: stage / reference | bound ³ | fp64 verdict |" in text
+    assert "### What torch_xla saw" in text and "\n| `xla` | 1 x CPU" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -67,9 +68,10 @@ def model(rows: int = 3, script_lines: int = 5) -> Report:
         heading="`v`: mismatch (expected match)",
         divergence=("First divergence in `xla`: t.0 is the first to differ.",),
         comparisons=Comparisons((Table(header, window, numeric),), compared=rows + 1),
-        xla=Table(("XLA stage", "CPU fallbacks"), ((Cell("xla", code=True), Names(())),)),
         script=script,
     )
+    xla = Table(("XLA stage", "CPU fallbacks"), ((Cell("xla", code=True), Names(())),),
+                title="What torch_xla saw")  # fmt: skip
     machine = Table(("", ""), ((Cell("Python"), Cell("3.11")),), keyed=True, title="Environment")
     results = Table(("variant", "as expected"), ((Cell("v", code=True), Cell("no", tone="bad")),),
                     title="Results")  # fmt: skip
@@ -81,6 +83,8 @@ def model(rows: int = 3, script_lines: int = 5) -> Report:
         expected=("`v`: every stage ends well.",),
         environment=EnvironmentSection(("Reproducible on XLA backend [CPU]",), machine),
         results=results,
+        checks=("`demo`: **a title**. What it does.",),
+        xla=xla,
     )
 
 
@@ -90,7 +94,9 @@ def test_markdown_lays_out_the_model_in_the_bug_template():
     assert "| **`t.0`** | a | b | c | d | e\\|f |" in text  # the first to differ; | escaped
     assert "| --- | --- | --- | ---: | ---: | ---: |" in text
     assert "\n(1 more comparisons in summary.json)\n" in text
+    assert "### What torch_xla saw\n\n| XLA stage | CPU fallbacks |" in text
     assert "| `xla` | none |" in text  # no fallback
+    assert "What each case checks:\n\n- `demo`: **a title**. What it does.\n" in text
     assert "| `v` | **no** |" in text and "- `v`: every stage ends well." in text
     assert "<details><summary>repro.py (5 lines)</summary>" in text
 
@@ -117,6 +123,17 @@ def test_html_renders_the_same_tables_with_names_and_marks():
     assert "<td class='num'>c</td>" in page and "<td class='num'>e|f</td>" in page
     assert "<h2>Results</h2>" in page and "<td class='bad'>no</td>" in page
     assert "<tr><th>Python</th><td>3.11</td></tr>" in page  # a key / value table
+    assert "<li><code>demo</code>: <strong>a title</strong>. What it does.</li>" in page
+    assert "<h2>What torch_xla saw</h2>" in page and "<h1>🐛 Bug</h1>" in page
+
+
+def test_a_run_with_nothing_to_file_opens_with_what_ran_not_the_bug_heading():
+    passing = replace(model(), opening="reprokit: 1 variant ran and behaved as expected",
+                      bug=None, evidence=())  # fmt: skip
+    text = markdown(passing)
+    assert text.startswith("## reprokit: 1 variant ran and behaved as expected\n")
+    assert "🐛" not in text
+    assert "<h1>reprokit: 1 variant ran and behaved as expected</h1>" in html(passing)
 
 
 @pytest.mark.parametrize("writer", ["markdown", "html"])

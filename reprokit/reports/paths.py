@@ -1,0 +1,56 @@
+"""Paths as a public issue may show them: relative to the run folder, or under ``~``, never the
+machine's absolute layout (its user name, its folders).
+
+A report and a bundle are meant to be pasted into a public issue; what the run recorded holds
+absolute paths (a captured model's source line, the rerun command's ``-o``, a reused stage's
+run folder). One pure function rewrites them in any text, so report.md, report.html,
+report.json and the bundle's text files say them the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+_NAME_GOES_ON = r"(?![\w.-])"  # /home/al is not a prefix of /home/alice
+# an installed package's file (torch's modules in a captured program's stack): from the
+# packages folder on, wherever the interpreter lives
+_PACKAGES = re.compile(r"(?<![\w.~-])/[^\s\"'`]*?/((?:site|dist)-packages)/")
+
+
+def public_paths(
+    text: str, *, run_dir: Path | str | None = None, home: Path | str | None = None
+) -> str:
+    """``text`` with every path inside ``run_dir`` written relative to it
+    (``/home/al/runs/seed/case/repro.py`` -> ``case/repro.py``) and every other path under
+    ``home`` written with ``~`` (``-o /home/al/runs/seed`` -> ``-o ~/runs/seed``), and an
+    installed package's file from its packages folder on (``site-packages/torch/nn/...``). The
+    run folder itself, named alone, is said under ``~`` when it is there, as a rerun command
+    needs it. Folders are matched as given and as resolved (a symlinked home, a relative run
+    folder)."""
+    for folder in _spellings(run_dir):
+        text = re.sub(re.escape(folder) + "/+", "", text)
+    text = _PACKAGES.sub(r"\1/", text)
+    for folder in _spellings(home):
+        text = re.sub(re.escape(folder) + _NAME_GOES_ON, "~", text)
+    return text
+
+
+def _spellings(folder: Path | str | None) -> Iterable[str]:
+    """A folder as written in absolute form and resolved, longest first (so that a longer
+    spelling is not cut by a shorter one it starts with)."""
+    if folder is None or str(folder) == "":
+        return []
+    path = Path(folder).expanduser()
+    found = {os.path.abspath(path).rstrip("/"), str(path.resolve()).rstrip("/")} - {""}
+    return sorted(found, key=len, reverse=True)  # the root folder ("") is no one's layout
+
+
+def user_home() -> Path | None:
+    """The user's home folder ($HOME), or None when it cannot be told."""
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        return None
