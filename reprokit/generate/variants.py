@@ -31,6 +31,9 @@ class Variant:
     choice: dict[str, Any] = field(default_factory=dict)  # the matrix values of this variant
     sets: dict[str, Any] = field(default_factory=dict)  # what --set changed (not a matrix axis)
     env: EnvSpec | None = None  # the environment it runs in (--env, [envs]); None: reprokit's
+    # the steering variables exported when it ran (environment.variables.carried): the runner
+    # sets them as it prepares the variant; a variant made again from a record has its own
+    exported: dict[str, str] = field(default_factory=dict)
 
     @property
     def template(self) -> Template:
@@ -41,7 +44,20 @@ class Variant:
         minimal case): no matrix, and no choice or ``--set`` to label it (they would name
         values it may no longer have); its environment kept, ``name`` its case's if given."""
         case = replace(self.case, name=name or self.case.name, matrix={}, include=(), exclude=())
-        return Variant(case, dict(params), env=self.env)
+        return Variant(case, dict(params), env=self.env, exported=self.exported)
+
+    @property
+    def variables(self) -> dict[str, str]:
+        """The variables its stages run with, beyond the harness's own, sorted by name: the
+        case's ``[variables]``, and what was exported when it ran, which wins (as it does in
+        the script: its top lines only set what is not set)."""
+        return dict(sorted({**self.case.variables, **self.exported}.items()))
+
+    @property
+    def case_variables(self) -> tuple[str, ...]:
+        """Which of :attr:`variables` are the case's (the others: the run's environment)."""
+        found = self.variables
+        return tuple(k for k, v in self.case.variables.items() if found[k] == v)
 
     @property
     def label(self) -> str:
@@ -107,11 +123,13 @@ class Variant:
 
 def variant_of(result: VariantResult, case: Case) -> Variant:
     """The variant a recorded result ran, again, from its case: its parameters, the matrix
-    values among them, and its environment (``VariantResult.env``). What ``--set`` changed
-    is among the parameters, but is not told apart: the result's own label says it."""
+    values among them, its environment (``VariantResult.env``) and the variables exported
+    when it ran. What ``--set`` changed is among the parameters, but is not told apart: the
+    result's own label says it."""
     params = dict(result.variant)
     choice = {k: params[k] for k in case.matrix if k in params}
-    return Variant(case, params, choice, env=result.env)
+    exported = {k: v for k, v in result.variables.items() if k not in result.case_variables}
+    return Variant(case, params, choice, env=result.env, exported=exported)
 
 
 def _shown(value: Any) -> str:
