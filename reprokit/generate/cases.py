@@ -364,7 +364,7 @@ class _Locator:
                 current = header[1]
                 if section is None and current == key:
                     return number
-            elif current == section and re.match(rf"\s*\"?{re.escape(key)}\"?\s*=", line):
+            elif current == section and re.match(rf"\s*[\"']?{re.escape(key)}[\"']?\s*=", line):
                 return number
         return None
 
