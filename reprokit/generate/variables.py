@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Collection, Mapping
 
 FROM_CASE = "# From the case's [variables]:"
@@ -37,10 +38,28 @@ def variables_header(variables: Mapping[str, str], case: Collection[str] = ()) -
         (FROM_RUN, [k for k in variables if k not in case]),
     ):
         lines += [comment] if names else []
-        lines += [
-            f"os.environ.setdefault({json.dumps(k)}, {json.dumps(variables[k])})" for k in names
-        ]
+        lines += [_setdefault(name, variables[name]) for name in names]
     return "\n".join(lines) + "\n\n"
+
+
+WIDTH = 100  # the linters' columns, as the rest of a rendered script keeps to
+
+
+def _setdefault(name: str, value: str) -> str:
+    """One variable's line; a long value (XLA_FLAGS) as pieces split at its spaces, one a line,
+    so that the script stays within the linters' columns (a piece longer still is let be)."""
+    line = f"os.environ.setdefault({json.dumps(name)}, {json.dumps(value)})"
+    if len(line) <= WIDTH:
+        return line
+    pieces, room = [""], WIDTH - 6  # 4 of indent, a comma, and a margin
+    for word in re.split(r"(?<= )", value):
+        if pieces[-1] and len(json.dumps(pieces[-1] + word)) > room:
+            pieces.append("")
+        pieces[-1] += word
+    shown = [f"    {json.dumps(piece)}" for piece in pieces]
+    shown[-1] += ","
+    shown = [f"{line}  # noqa: E501" if len(line) > WIDTH else line for line in shown]
+    return "\n".join([f"os.environ.setdefault(\n    {json.dumps(name)},", *shown, ")"])
 
 
 def with_variables(script: str, variables: Mapping[str, str], case: Collection[str] = ()) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 from conftest import TEST_TEMPLATES
 
@@ -95,3 +97,39 @@ def test_a_hand_written_template_without_the_macros_gets_them_too(write_case, tm
     done = subprocess.run([*command[:3], "RK_VALUE=8", *command[3:], "--stage", "first",
                            "--workdir", "w"], cwd=tmp_path, check=True)  # fmt: skip
     assert '"seen": [8.0]' in (tmp_path / "w" / "first" / "result.json").read_text()  # theirs
+
+
+def test_a_long_value_is_split_at_its_spaces_within_the_columns_and_reads_back_whole():
+    flags = " ".join(f"--xla_flag_number_{i}=true" for i in range(12))
+    long_word = "x" * 150  # cannot be split: let be, told to the linter
+    script = with_variables("import os\nV = os.environ\n", {"XLA_FLAGS": flags, "W": long_word})
+    assert all(len(line) <= 100 or line.endswith("# noqa: E501") for line in script.splitlines())
+    assert script.count("# noqa: E501") == 1
+    seen: dict = {}
+    exec(compile(script.replace("import os\n", "", 1), "s", "exec"), {"os": FakeOs(seen)})
+    assert seen == {"XLA_FLAGS": flags, "W": long_word}
+
+
+class FakeOs:
+    """os as the header sees it, with an environment of its own."""
+
+    def __init__(self, environ: dict) -> None:
+        self.environ = environ
+
+
+def test_a_builtin_script_with_both_kinds_stays_ruff_clean(write_case, tmp_path):
+    case = load_case(write_case(CASE.format(template="module_forward", params="")))
+    flags = " ".join(f"--xla_flag_number_{i}=true" for i in range(12))
+    (variant,) = variants(case)
+    variant = replace(variant, exported={"XLA_FLAGS": flags, "OMP_NUM_THREADS": "2"})
+    script = render(variant)
+    assert script.index(FROM_CASE) < script.index(FROM_RUN) < script.index("\nimport torch\n")
+    path = tmp_path / "repro.py"
+    path.write_text(script)
+    config = Path(__file__).parents[2] / "pyproject.toml"  # the project's rules
+    ruff = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", config, path],
+        capture_output=True,
+        text=True,
+    )
+    assert ruff.returncode == 0, ruff.stdout
