@@ -18,7 +18,7 @@ import re
 from collections.abc import Collection, Mapping
 
 FROM_CASE = "# From the case's [variables]:"
-FROM_RUN = "# Exported when `reprokit run` ran:"
+FROM_RUN = "# Exported where reprokit ran:"
 
 
 def variables_header(variables: Mapping[str, str], case: Collection[str] = ()) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import re
 import shutil
 import tomllib
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from reprokit.environment.variables import carried
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Case, find_cases, load_case
 from reprokit.generate.templates import Template
@@ -31,8 +33,8 @@ class Variant:
     choice: dict[str, Any] = field(default_factory=dict)  # the matrix values of this variant
     sets: dict[str, Any] = field(default_factory=dict)  # what --set changed (not a matrix axis)
     env: EnvSpec | None = None  # the environment it runs in (--env, [envs]); None: reprokit's
-    # the steering variables exported when it ran (environment.variables.carried): the runner
-    # sets them as it prepares the variant; a variant made again from a record has its own
+    # the steering variables exported where it was made (environment.variables.carried), or,
+    # made again from a record, when it ran; the runner adds those exported as it prepares it
     exported: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -143,7 +145,9 @@ def variants(
     case: Case, sets: dict[str, Any] | None = None, envs: Iterable[EnvSpec] | None = None
 ) -> list[Variant]:
     """The case's variants: one per combination of its matrix, ``sets`` applied last, in each
-    of ``envs`` (``--env``), else of the case's own ``[envs]``."""
+    of ``envs`` (``--env``), else of the case's own ``[envs]``; each with the steering
+    variables exported here (``Variant.exported``), so that every script made from it, by
+    ``reprokit run``, ``render`` or ``minimize``, sets them."""
     sets = sets or {}
     envs = tuple(case.envs if envs is None else envs) or (None,)
     for key, value in sets.items():
@@ -169,8 +173,9 @@ def variants(
                 case.path,
                 hint=f"Set it in [params] or with --set: {param.describe()}",
             )
+    exported = carried(os.environ)  # what its scripts set, as the run's stages get them
     return [
-        Variant(case, {**base, **c, **sets}, c, sets, env)
+        Variant(case, {**base, **c, **sets}, c, sets, env, exported)
         for c in _choices(case, sets)
         for env in envs
     ]

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import TEST_TEMPLATES
 
 from reprokit.records import Outcome, RunSummary, VariantResult
 from reprokit.reports.build import rerun_command
+from reprokit.tools.capture import command
 
 CASE = """
     [case]
@@ -129,3 +132,36 @@ def test_the_rerun_command_quotes_values_and_leaves_the_cases_and_secrets_out():
     assert command.startswith("XLA_FLAGS='--xla_a --xla_b' XLA_NOTE=[REDACTED] reprokit run")
     assert "RK=" not in command.replace("XLA_", "")
     assert rerun_command(RunSummary("now", argv=("reprokit", "run", "c"))) == "reprokit run c"
+
+
+MODELS = Path(__file__).parents[1] / "data" / "variables" / "models.py"
+
+
+def test_a_case_that_fails_only_under_an_exported_variable_minimizes_to_a_repro_that_does_too(
+    cli, tmp_path, monkeypatch
+):
+    """The issue's user: XLA_USE_32BIT_LONG=1 exported, an int64 offset no int32 holds; the
+    minimized repro.py, run alone with env -i, fails the same way."""
+    case = command(f"{MODELS}:offsets", out_dir=tmp_path / "captured")
+    monkeypatch.setenv("XLA_USE_32BIT_LONG", "1")
+    out = tmp_path / "m"
+    result = cli("minimize", case, "-o", out, "--budget", "12")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "summary.json").read_text())["run"]["minimized"]
+    assert "value cannot be converted to type int without overflow" in report["target"]
+    assert 'XLA_USE_32BIT_LONG = "1"' in (out / "minimal.toml").read_text()
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for name in ("repro.py", "inputs.pt"):
+        if (out / name).is_file():
+            shutil.copyfile(out / name, alone / name)
+    clean = ["env", "-i", f"PATH={os.environ['PATH']}", f"HOME={alone}", sys.executable, "-I"]
+    done = subprocess.run([*clean, "repro.py"], cwd=alone, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "value cannot be converted to type int without overflow" in done.stderr
+    monkeypatch.delenv("XLA_USE_32BIT_LONG")  # and the variable is what it fails by
+    done = subprocess.run([*clean[:4], "XLA_USE_32BIT_LONG=0", *clean[4:], "repro.py",
+                           "--workdir", "w0"], cwd=alone, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
