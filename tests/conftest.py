@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from reprokit.cli import app
+from reprokit.environment.variables import carried
 
 DATA = Path(__file__).parent / "data"
 TEST_TEMPLATES = DATA / "templates"
@@ -23,6 +24,15 @@ def results_cache(tmp_path_factory, monkeypatch):
     folder = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("REPROKIT_CACHE", str(folder))
     return folder
+
+
+@pytest.fixture(autouse=True)
+def no_exported_variables(monkeypatch):
+    """Without the machine's exported variables that steer torch and XLA (OMP_NUM_THREADS on a
+    CI runner): every script reprokit writes sets them at its top, and the tests' scripts must
+    be the same everywhere. A test that wants one sets it."""
+    for name in carried(os.environ):
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")

@@ -194,3 +194,13 @@ def test_reports_unpack_as_the_pair_they_were():
     summary, written = RECORDS[10]
     assert summary == RunSummary("now") and written == [Path("run/report.md"),
                                                        Path("run/bundle.zip")]  # fmt: skip
+
+
+def test_a_variants_variables_round_trip_and_an_old_summary_has_none():
+    old = {"case": "c", "label": "c", "variant": {}, "outcome": "match",
+           "expected": "match", "seconds": 1.0}  # fmt: skip
+    variant = VariantResult.from_json(old)
+    assert variant.variables == {} and variant.case_variables == ()
+    new = replace(variant, variables={"RK": "1", "XLA_FLAGS": "--x"}, case_variables=("RK",))
+    again = VariantResult.from_json(json.loads(json.dumps(new.to_json())))
+    assert again == new and again.case_variables == ("RK",)

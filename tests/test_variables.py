@@ -66,3 +66,30 @@ def test_every_part_decides_with_the_same_sets():
     assert ray_executor.STEERING is STEERING and cache.steering is steering
     assert (ray_executor.NODE_OWN, ray_executor.RAY_SETS) == (NODE_OWN, RAY_SETS)
     assert machine.shown is shown and XLA_VARIABLES.pattern.startswith("^(PJRT_")
+
+
+def test_a_run_carries_the_steering_variables_less_its_own_the_harnesss_and_secrets():
+    environ = ENVIRON | {
+        "XLA_SAVE_TENSORS_FMT": "hlo",  # --dump-hlo's, set per stage
+        "TORCH_HUB_TOKEN": "abcdefgh12",  # a secret by its name
+        "XLA_NOTE": "ghp_" + "a" * 36,  # a secret by its shape
+    }
+    assert variables.carried(environ) == {
+        "CUDA_VISIBLE_DEVICES": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONHASHSEED": "0",
+        "TORCH_LOGS": "+dynamo",
+        "TPU_VISIBLE_CHIPS": "0",
+        "XLA_FLAGS": "--xla_dump_to=/tmp",
+    }
+    assert {"PJRT_DEVICE", "CPU_NUM_DEVICES"} <= variables.HARNESS_OWNED
+
+
+def test_what_importing_torch_xla_set_in_the_harness_is_not_carried():
+    """torch_xla's import adds its own XLA_FLAGS default and PJRT_DYNAMIC_PLUGINS to the
+    process that imported it: nobody exported them, and every stage sets them itself."""
+    imported = {"XLA_FLAGS": " --xla_cpu_enable_fast_math=false", "PJRT_DYNAMIC_PLUGINS": "1"}
+    assert variables.carried(imported) == {}
+    mine = {"XLA_FLAGS": "--xla_dump_to=/tmp --xla_cpu_enable_fast_math=false"}
+    assert variables.carried(mine) == {"XLA_FLAGS": "--xla_dump_to=/tmp"}
+    assert variables.carried({"PJRT_DYNAMIC_PLUGINS": "0"}) == {"PJRT_DYNAMIC_PLUGINS": "0"}

@@ -99,6 +99,8 @@ def verdict(
         expected_from=expected_from,
         observed=observed,
         env=variant.env,
+        variables=variant.variables,
+        case_variables=variant.case_variables,
     )
 
 

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.environment.specs import parse_env
+from reprokit.environment.variables import HARNESS_OWNED
 from reprokit.errors import ReprokitError
 from reprokit.generate.templates import Template, builtin_dir, did_you_mean, find_template
+from reprokit.infra.redact import is_secret_name
 from reprokit.records import EnvSpec, Outcome
 
 if TYPE_CHECKING:
@@ -73,6 +75,7 @@ class Case:
     include: tuple[dict[str, Any], ...] = ()  # [matrix] include: combinations added
     exclude: tuple[dict[str, Any], ...] = ()  # [matrix] exclude: combinations left out
     envs: tuple[EnvSpec, ...] = ()  # [envs]: each variant runs in each of these environments
+    variables: dict[str, str] = field(default_factory=dict)  # [variables]: its stages' own
 
     def expected(self, xla_device: str) -> tuple[Outcome, str, str | None]:
         """The outcome expected where XLA runs on ``xla_device``, which table says so, and
@@ -92,6 +95,7 @@ class Case:
             "expect_on": {device: outcome.value for device, outcome in self.expect_on.items()},
             "tags": list(self.tags),
             "envs": {env.name: list(env.requirements) for env in self.envs},
+            "variables": dict(self.variables),
         }
 
 
@@ -191,6 +195,7 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         include=combos["include"],
         exclude=combos["exclude"],
         envs=tuple(_env(name, value, where) for name, value in sections["envs"].items()),
+        variables=_variables(sections["variables"], where),
     )
 
 
@@ -199,10 +204,41 @@ def _compare_settings(table: dict[str, Any]) -> CompareSettings:
     return CompareSettings(**{k: v if k == "method" else float(v) for k, v in table.items()})
 
 
-_FREE = ("params", "matrix", "envs")  # tables whose keys are the case's own
+_FREE = ("params", "matrix", "envs", "variables")  # tables whose keys are the case's own
 _TABLES_HINT = (
-    "A case holds [case], [params], [matrix], [compare], [expect] and [envs] (docs/cases.md)."
+    "A case holds [case], [params], [matrix], [compare], [expect], [envs] and [variables] "
+    "(docs/cases.md)."
 )
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _variables(table: dict[str, Any], where: _Locator) -> dict[str, str]:
+    """``[variables]`` ``NAME = "value"``: the environment variables its stages run with.
+
+    Refused, rather than overridden or warned of: a name the harness sets per stage itself
+    (one value cannot be right for every stage: a CPU stage has no PJRT_DEVICE, an SPMD stage
+    its own device count; --xla-device, a stage's "devices" and --dump-hlo set them), one of
+    reprokit's own settings, and a secret (a case file and its scripts are meant to be shared).
+    """
+    for name, value in table.items():
+        if not _VARIABLE.fullmatch(name):
+            hint = "A variable's name is letters, digits and _, not starting with a digit."
+            where.fail(name, "variables", f"[variables] {name!r} is not a variable's name", hint)
+        if not isinstance(value, str):
+            shown = str(value).lower() if isinstance(value, bool) else value
+            where.fail(
+                name,
+                "variables",
+                f"[variables] {name} must be a string, not {type(value).__name__}",
+                f'Quote it: {name} = "{shown}".',
+            )
+        if name in HARNESS_OWNED or name.startswith("REPROKIT_"):
+            hint = "reprokit sets it per stage (--xla-device, a stage's devices, --dump-hlo)."
+            where.fail(name, "variables", f"[variables] {name} is reprokit's to set", hint)
+        if is_secret_name(name):
+            hint = "A case file is shared: export the secret where it runs instead."
+            where.fail(name, "variables", f"[variables] {name} looks like a secret", hint)
+    return dict(sorted(table.items()))
 
 
 def _env(name: str, value: Any, where: _Locator) -> EnvSpec:
@@ -328,7 +364,7 @@ class _Locator:
                 current = header[1]
                 if section is None and current == key:
                     return number
-            elif current == section and re.match(rf"\s*\"?{re.escape(key)}\"?\s*=", line):
+            elif current == section and re.match(rf"\s*[\"']?{re.escape(key)}[\"']?\s*=", line):
                 return number
         return None
 

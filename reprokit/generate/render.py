@@ -29,6 +29,7 @@ from markupsafe import Markup
 
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.templates import template_dirs
+from reprokit.generate.variables import with_variables
 
 COMMENT_WIDTH = 96  # a wrapped comment line, "# " included, stays within 98 columns
 # the torch.optim class of each `optimizer` choice of the built-in templates
@@ -162,6 +163,9 @@ def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
                 hint="Declare every variable the template uses in its front matter [params].",
             )
         script = env.get_template(template.path.name).render(context)
+        # after the template, so that every template gets them, one written without the
+        # protocol's macros too; before the compile check, which covers them
+        script = with_variables(script, variant.variables, variant.case_variables)
     except Refused as exc:
         raise ReprokitError(
             f"{variant.label}: {exc}",
@@ -171,12 +175,18 @@ def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)
         raise ReprokitError(f"cannot render: {exc}", template.path, line) from None
+    except SyntaxError as exc:  # with_variables reads the script: it is not Python
+        raise _not_python(exc, template.path) from None
     try:
         compile(script, f"{variant.label}.py", "exec")
     except SyntaxError as exc:
-        raise ReprokitError(
-            f"the rendered script is not valid Python: {exc.msg} (script line {exc.lineno})",
-            template.path,
-            hint="Fix the template; `reprokit render` shows the script it made.",
-        ) from None
+        raise _not_python(exc, template.path) from None
     return script
+
+
+def _not_python(exc: SyntaxError, template: Path) -> ReprokitError:
+    return ReprokitError(
+        f"the rendered script is not valid Python: {exc.msg} (script line {exc.lineno})",
+        template,
+        hint="Fix the template; `reprokit render` shows the script it made.",
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import re
 import shutil
 import tomllib
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from reprokit.environment.variables import carried
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Case, find_cases, load_case
 from reprokit.generate.templates import Template
@@ -31,6 +33,9 @@ class Variant:
     choice: dict[str, Any] = field(default_factory=dict)  # the matrix values of this variant
     sets: dict[str, Any] = field(default_factory=dict)  # what --set changed (not a matrix axis)
     env: EnvSpec | None = None  # the environment it runs in (--env, [envs]); None: reprokit's
+    # the steering variables exported where it was made (environment.variables.carried), or,
+    # made again from a record, when it ran; the runner adds those exported as it prepares it
+    exported: dict[str, str] = field(default_factory=dict)
 
     @property
     def template(self) -> Template:
@@ -41,7 +46,20 @@ class Variant:
         minimal case): no matrix, and no choice or ``--set`` to label it (they would name
         values it may no longer have); its environment kept, ``name`` its case's if given."""
         case = replace(self.case, name=name or self.case.name, matrix={}, include=(), exclude=())
-        return Variant(case, dict(params), env=self.env)
+        return Variant(case, dict(params), env=self.env, exported=self.exported)
+
+    @property
+    def variables(self) -> dict[str, str]:
+        """The variables its stages run with, beyond the harness's own, sorted by name: the
+        case's ``[variables]``, and what was exported when it ran, which wins (as it does in
+        the script: its top lines only set what is not set)."""
+        return dict(sorted({**self.case.variables, **self.exported}.items()))
+
+    @property
+    def case_variables(self) -> tuple[str, ...]:
+        """Which of :attr:`variables` are the case's (the others: the run's environment)."""
+        found = self.variables
+        return tuple(k for k, v in self.case.variables.items() if found[k] == v)
 
     @property
     def label(self) -> str:
@@ -107,11 +125,13 @@ class Variant:
 
 def variant_of(result: VariantResult, case: Case) -> Variant:
     """The variant a recorded result ran, again, from its case: its parameters, the matrix
-    values among them, and its environment (``VariantResult.env``). What ``--set`` changed
-    is among the parameters, but is not told apart: the result's own label says it."""
+    values among them, its environment (``VariantResult.env``) and the variables exported
+    when it ran. What ``--set`` changed is among the parameters, but is not told apart: the
+    result's own label says it."""
     params = dict(result.variant)
     choice = {k: params[k] for k in case.matrix if k in params}
-    return Variant(case, params, choice, env=result.env)
+    exported = {k: v for k, v in result.variables.items() if k not in result.case_variables}
+    return Variant(case, params, choice, env=result.env, exported=exported)
 
 
 def _shown(value: Any) -> str:
@@ -125,7 +145,9 @@ def variants(
     case: Case, sets: dict[str, Any] | None = None, envs: Iterable[EnvSpec] | None = None
 ) -> list[Variant]:
     """The case's variants: one per combination of its matrix, ``sets`` applied last, in each
-    of ``envs`` (``--env``), else of the case's own ``[envs]``."""
+    of ``envs`` (``--env``), else of the case's own ``[envs]``; each with the steering
+    variables exported here (``Variant.exported``), so that every script made from it, by
+    ``reprokit run``, ``render`` or ``minimize``, sets them."""
     sets = sets or {}
     envs = tuple(case.envs if envs is None else envs) or (None,)
     for key, value in sets.items():
@@ -151,8 +173,9 @@ def variants(
                 case.path,
                 hint=f"Set it in [params] or with --set: {param.describe()}",
             )
+    exported = carried(os.environ)  # what its scripts set, as the run's stages get them
     return [
-        Variant(case, {**base, **c, **sets}, c, sets, env)
+        Variant(case, {**base, **c, **sets}, c, sets, env, exported)
         for c in _choices(case, sets)
         for env in envs
     ]

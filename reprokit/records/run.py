@@ -149,6 +149,10 @@ class VariantResult:
     expected_from: str | None = None  # the case's table that gave `expected`: [expect.tpu]...
     observed: str | None = None  # where that table says its outcome was seen ([expect] observed)
     env: EnvSpec | None = None  # the environment it ran in (--env, [envs])
+    # what its script sets at its top: the case's [variables] (named in case_variables) and
+    # the steering variables exported when it ran (environment.variables.carried)
+    variables: dict[str, str] = field(default_factory=dict)
+    case_variables: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:  # the dict it was: {"name": ..., "requirements": [...]}
         if isinstance(self.env, Mapping):
@@ -205,6 +209,7 @@ class VariantResult:
             expected=Outcome,
             stages=lambda items: tuple(map(StageResult.from_json, items)),
             comparisons=lambda items: tuple(map(Comparison.from_json, items)),
+            case_variables=tuple,
         )  # env: __post_init__
 
 

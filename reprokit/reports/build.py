@@ -4,8 +4,10 @@ problem's repro.py, which is inlined): what both report.md and report.html say."
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 
+from reprokit.infra.redact import redact_text
 from reprokit.records import MinimizeResult, Outcome, RunSummary, VariantResult
 from reprokit.reports.evidence import WRAP_CASE, differs, evidence, plain, xla_table
 from reprokit.reports.model import (
@@ -96,11 +98,10 @@ def checks(variants: tuple[VariantResult, ...]) -> tuple[Text, ...]:
 def build_report(summary: RunSummary, run_dir: Path) -> Report:
     """The report of ``summary``, whose run folder ``run_dir`` holds the scripts to inline."""
     shown = problems(summary)
-    command = " ".join(["reprokit", *summary.argv[1:]]) if summary.argv else None
     return Report(
         headline=headline(summary),
         bug=bug(shown[0], minimized=summary.minimized is not None) if shown else None,
-        command=command,
+        command=rerun_command(summary),
         evidence=tuple(evidence(v, run_dir) for v in [*shown, *wrapped_too(summary, shown)]),
         expected=expected(shown or list(summary.variants)),
         environment=environment(summary),
@@ -119,6 +120,22 @@ def wrapped_too(summary: RunSummary, shown: list[VariantResult]) -> list[Variant
     """``reprokit wrap``'s variant when the script ended well too: what it printed and what
     torch_xla saw are what the report of a wrapped script is for."""
     return [v for v in summary.variants if v.case == WRAP_CASE and all(v is not s for s in shown)]
+
+
+def rerun_command(summary: RunSummary) -> str | None:
+    """The command that reruns the run, after the variables exported when it ran that its
+    stages ran with (``XLA_USE_32BIT_LONG=1 reprokit run ...``: the case's own [variables]
+    come with the case), quoted for a shell, secrets redacted."""
+    if not summary.argv:
+        return None
+    exported = {
+        name: value
+        for variant in summary.variants
+        for name, value in variant.variables.items()
+        if name not in variant.case_variables
+    }
+    prefix = [f"{name}={shlex.quote(value)}" for name, value in sorted(exported.items())]
+    return redact_text(" ".join([*prefix, "reprokit", *summary.argv[1:]]))
 
 
 def bug(first: VariantResult, *, minimized: bool = False) -> Text:

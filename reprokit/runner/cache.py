@@ -34,7 +34,6 @@ from reprokit.environment.variables import steering
 from reprokit.errors import ReprokitWarning
 from reprokit.infra.caching import Store, content_digest, read_json
 from reprokit.records import Stage, StageResult, Status, write_json
-from reprokit.runner import backends
 from reprokit.runner.options import Options
 from reprokit.runner.prepare import CASE_FILE
 from reprokit.runner.stage import Executor, StageJob, capabilities_of
@@ -70,7 +69,7 @@ class CachingExecutor:
     def key(self, job: StageJob) -> str:
         """What the stage's result depends on, hashed."""
         stage, options = job.stage, self.options
-        env = backends.stage_env(stage.backend, options.xla_device, devices=stage.devices)
+        env = job.env(options.xla_device)
         parts = {
             "files": _digest(job.folder, skip=("stages", CASE_FILE)),  # the script says it all
             "stage": [stage.name, stage.backend, stage.devices, list(stage.needs)],

@@ -6,12 +6,14 @@ render, requirements uv cannot meet) stops the run before its first stage.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reprokit.environment.uv import env_python
+from reprokit.environment.variables import carried as carried_variables
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
 from reprokit.runner.options import Options
@@ -36,7 +38,9 @@ def prepare(
 ) -> Prepared:
     """Render the script into ``run_dir/<label>``, with the case file (``case.toml``) and the
     files the case brings beside it, clearing the stages an earlier run left there; its
-    environment built, unless cached."""
+    environment built, unless cached. The steering variables exported now are recorded in
+    the variant (over those it was made with, from a record), and set at the script's top."""
+    variant = replace(variant, exported={**variant.exported, **carried_variables(os.environ)})
     script = render(variant, templates=options.templates)
     python = str(env_python(variant.env, announce=announce)) if variant.env else None
     folder = run_dir / variant.label

@@ -188,8 +188,11 @@ class _State:
     def job(self, stage: Stage) -> StageJob:
         """What the executor needs to run ``stage``: the variant's whole DAG too."""
         prepared = self.prepared
-        timeout = prepared.variant.case.timeout
-        return StageJob(prepared.folder, stage, timeout, prepared.python, tuple(self.stages))
+        variant = prepared.variant
+        dag, variables = tuple(self.stages), variant.variables
+        return StageJob(
+            prepared.folder, stage, variant.case.timeout, prepared.python, dag, variables
+        )
 
     def verdict(self, options: Options) -> VariantResult:
         seconds = time.monotonic() - self.start

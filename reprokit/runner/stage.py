@@ -11,9 +11,10 @@ classified.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,6 +49,18 @@ class StageJob:
     timeout: float | None = None  # the case's own ([case] timeout), else the run's
     python: str | None = None  # the interpreter of the variant's environment; else the run's
     dag: tuple[Stage, ...] = ()  # every stage of the variant; () when not known
+    # the variant's own (Variant.variables): under the run's environment, over the backend's
+    variables: dict[str, str] = field(default_factory=dict)
+
+    def env(self, xla_device: str) -> dict[str, str]:
+        """The stage's environment: the variant's variables, the run's over them (its
+        script's top lines only set what is not set: the same), the backend's over both.
+        Given to the process, not only set by the script: a warm server imports torch with
+        it (its identity includes it), before the script's top lines run."""
+        base = {**self.variables, **os.environ}
+        return backends.stage_env(
+            self.stage.backend, xla_device, devices=self.stage.devices, base=base
+        )
 
 
 @dataclass(frozen=True)
@@ -108,7 +121,7 @@ class LocalExecutor:
         (folder / "stages" / stage.name).mkdir(parents=True, exist_ok=True)
         args = ["--stage", stage.name, "--workdir", "stages"]
         args += ["--xla-device", self.options.xla_device]
-        env = backends.stage_env(stage.backend, self.options.xla_device, devices=stage.devices)
+        env = job.env(self.options.xla_device)
         if job.python:  # another environment's python: none of this one's packages
             env.pop("PYTHONPATH", None)
         if self.options.dump_hlo and stage.backend.startswith("xla"):

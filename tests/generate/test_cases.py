@@ -60,6 +60,17 @@ def render_error(cli, path, *extra):
         (GOOD + "[expect]\noutcome = 'works'\n", 8, "unknown outcome 'works'"),
         (GOOD + "[expect.tpu]\noutcome = 'works'\n", 8, "unknown outcome 'works'"),
         (GOOD + "[expect.tpu]\nresult = 'match'\n", 8, "unknown key 'result' in [expect.tpu]"),
+        (GOOD + "[variables]\nXLA_USE_32BIT_LONG = 1\n", 8, "must be a string, not int"),
+        (GOOD + "[variables]\nFLAG = true\n", 8, "must be a string, not bool"),
+        (GOOD + "[variables]\nXLA = {a = '1'}\n", 8, "must be a string, not dict"),
+        (GOOD + "[variables]\n'1BAD' = 'x'\n", 8, "'1BAD' is not a variable's name"),
+        (GOOD + "[variables]\n'A-B' = 'x'\n", 8, "'A-B' is not a variable's name"),
+        (GOOD + "[variables]\nPJRT_DEVICE = 'TPU'\n", 8, "PJRT_DEVICE is reprokit's to set"),
+        (GOOD + "[variables]\nCPU_NUM_DEVICES = '8'\n", 8, "is reprokit's to set"),
+        (GOOD + "[variables]\nXLA_SAVE_TENSORS_FMT = 'hlo'\n", 8, "is reprokit's to set"),
+        (GOOD + "[variables]\nREPROKIT_CACHE = '/c'\n", 8, "is reprokit's to set"),
+        (GOOD + "[variables]\nHF_TOKEN = 'hf_x'\n", 8, "HF_TOKEN looks like a secret"),
+        ("variables = 'X=1'\n" + GOOD, 1, "variables must be a table"),
     ],
 )
 def test_bad_case_names_file_line_and_problem(cli, write_case, text, line, words):
@@ -68,6 +79,18 @@ def test_bad_case_names_file_line_and_problem(cli, write_case, text, line, words
     where = f"{path}:{line}: " if line else f"{path}: "
     assert message.startswith(f"error: {where}"), message
     assert words in message
+
+
+def test_a_cases_variables_load_sorted_and_a_number_is_told_to_be_quoted(cli, write_case):
+    case = load_case(
+        write_case(GOOD + "[variables]\nXLA_USE_32BIT_LONG = '1'\nOMP_NUM_THREADS = '2'\n"),
+        templates=[TEST_TEMPLATES],
+    )
+    assert case.variables == {"OMP_NUM_THREADS": "2", "XLA_USE_32BIT_LONG": "1"}
+    assert list(case.variables) == ["OMP_NUM_THREADS", "XLA_USE_32BIT_LONG"]
+    assert case.to_json()["variables"] == case.variables
+    message = render_error(cli, write_case(GOOD + "[variables]\nXLA_USE_32BIT_LONG = 1\n"))
+    assert 'Quote it: XLA_USE_32BIT_LONG = "1".' in message
 
 
 def test_error_has_a_hint_after_a_blank_line(cli, write_case):

@@ -102,6 +102,7 @@ def case_toml(minimal: Variant, target: Target | None) -> str:
         data["expect"] = {"outcome": target.outcome.value}
     if minimal.env is not None:
         data["envs"] = {minimal.env.name: list(minimal.env.requirements)}
+    data |= {"variables": minimal.variables} if minimal.variables else {}  # the search's
     head = f"# Made by `reprokit minimize {minimal.case.name}`: the smallest variant found that\n"
     head += f"# still shows {target.describe() if target else 'the same outcome'}.\n"
     return head + tomli_w.dumps(data)

@@ -20,6 +20,7 @@ import reprokit.tools.minimize.graph.program as program
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import environment
 from reprokit.generate.templates import template_dirs
+from reprokit.generate.variables import with_variables
 from reprokit.generate.variants import Variant
 from reprokit.tools.minimize.graph.program import Original, State
 
@@ -62,6 +63,7 @@ def standalone(
     }
     dirs = tuple(dict.fromkeys([variant.template.path.parent, *template_dirs()]))
     script = environment(dirs).get_template(TEMPLATE).render(context)
+    script = with_variables(script, variant.variables, variant.case_variables)  # as render()'s
     compile(script, "repro.py", "exec")  # a template bug, not the user's: let it raise
     return script, {n: v for n, v in values.items() if n not in printable}
 
