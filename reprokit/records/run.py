@@ -293,7 +293,7 @@ class MinimizeResult:
             shrunk = f"Minimized the captured program from {nodes[0]} to {nodes[1]} operations"
             if self.graph.removed_nothing:
                 many = "s are all" if nodes[0] != 1 else " is"
-                shrunk = f"Nothing could be removed: the program's {nodes[0]} operation{many} needed"
+                shrunk = f"Nothing could be removed: its {nodes[0]} operation{many} needed"
             return (
                 f"{shrunk}"
                 f"{moved} (script {self.lines[1]} lines, {self.candidates} candidate runs, "

@@ -31,8 +31,8 @@ from reprokit.generate.variants import Variant
 from reprokit.records import MinimizeResult, Outcome
 from reprokit.records.run import GraphShrink, Step
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.cache import Cache
 from reprokit.runner.scheduler import Interrupted
+from reprokit.tools.minimize.cache import Cache
 from reprokit.tools.minimize.graph import program, script, short
 from reprokit.tools.minimize.graph.program import State
 from reprokit.tools.minimize.graph.search import Programs, strategies

@@ -154,9 +154,15 @@ def short_repro(
         "lines": [_line(original, n, perturbed) for n in state.ops],
         "results": [{"var": _var(n)} for n in ops],
     }
-    dirs = tuple(dict.fromkeys([variant.template.path.parent, *template_dirs()]))
-    script = environment(dirs).get_template(TEMPLATE).render(context)
-    compile(script, "repro.py", "exec")  # a template bug, not the user's: let it raise
+    return rendered(context, (variant.template.path.parent,))
+
+
+def rendered(context: Mapping[str, Any], dirs: tuple[Path, ...] = ()) -> str:
+    """The template with ``context``, compile()-checked (a template bug, not the user's:
+    it raises)."""
+    found = tuple(dict.fromkeys([*dirs, *template_dirs()]))
+    script = environment(found).get_template(TEMPLATE).render(dict(context))
+    compile(script, "repro.py", "exec")
     return script
 
 
