@@ -52,7 +52,7 @@ def ops_in(script: Path) -> list[str]:
 def run_alone(folder: Path, script: str = "repro.py") -> subprocess.CompletedProcess:
     """The script copied alone (with the short repro's inputs.pt or the stage version's
     inputs file, if any) into an empty folder, run without reprokit."""
-    alone = folder.parent / f"alone-{script}"
+    alone = folder.parent / f"alone-{folder.name}-{script}"
     alone.mkdir()
     for name in (script, "inputs.pt", "repro_stages.inputs.pt"):
         if (folder / name).is_file():
