@@ -14,20 +14,26 @@ from reprokit.tools.minimize.graph import short
 NAN = float("nan")
 
 
-def script_of(inputs: list[short.Input], tol: float = 1e-4) -> dict:
-    """A rendered short repro (one relu over its first input), executed as a module."""
+def rendered(inputs: list[short.Input], tol: float = 1e-4) -> str:
+    """A short repro of one relu over its first input."""
     line = {"var": "y", "comment": "relu (top) model.py:3: return x.relu()", "perturbed": False,
             "args": [{"k": "ref", "v": inputs[0].key}], "kwargs": [], "getitem": False,
             "ns": "aten", "op": "relu", "overload": "default"}  # fmt: skip
     context = {
         "title": "t", "description": "1 of 3 operations", "variables": [],
         "random": any(s.kind in ("randn", "randint") for s in inputs),
-        "stored": False, "inputs": [s.context() for s in inputs],
+        "stored": any(s.kind == "stored" for s in inputs),
+        "inputs": [s.context() for s in inputs],
         "names": [s.key for s in inputs], "dtype": "captured", "tol": tol, "tol_said": "t",
         "lines": [line], "results": [{"var": "y"}],
     }  # fmt: skip
+    return short.rendered(context)
+
+
+def script_of(inputs: list[short.Input], tol: float = 1e-4) -> dict:
+    """The short repro executed as a module (its main guard not run)."""
     namespace = {"__name__": "short_repro"}
-    exec(compile(short.rendered(context), "repro.py", "exec"), namespace)
+    exec(compile(rendered(inputs, tol), "repro.py", "exec"), namespace)
     return namespace
 
 
@@ -98,3 +104,12 @@ def test_the_script_draws_the_values_minimize_checked():
     for key, value in drawn.items():
         assert written[key].dtype == value.dtype and torch.equal(written[key], value), key
     assert int(drawn["i"].min()) >= 0 and int(drawn["i"].max()) <= 4  # the range kept
+
+
+def test_inputs_random_draws_cannot_stand_in_for_are_read_from_inputs_pt_and_it_says_so():
+    torch.manual_seed(0)
+    values = {"x": torch.randn(4, 16), "w": torch.ones(16)}
+    script = rendered(short.plan(values, random=False))
+    assert 'torch.load(Path(__file__).with_name("inputs.pt"), weights_only=True)' in script
+    assert "# needs inputs.pt beside it" in script and "generator=g" not in script
+    assert "inputs.pt" not in rendered(short.plan(values, random=True))
