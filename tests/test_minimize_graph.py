@@ -20,6 +20,7 @@ import pytest
 from reprokit.generate.selection import load_variant
 from reprokit.records import MinimizeResult, Outcome, StageResult, Status, VariantResult
 from reprokit.records.run import GraphShrink, Step
+from reprokit.reports.bundle import write_bundle
 from reprokit.tools.capture import command
 from reprokit.tools.minimize.graph import program, short
 from reprokit.tools.minimize.graph.program import State
@@ -191,3 +192,30 @@ def test_the_graph_record_round_trips_and_old_records_still_read():
     old = {k: v for k, v in found.to_json().items() if k != "graph"}
     assert MinimizeResult.from_json(old).graph is None
     assert "from 70 to 1 operations" in found.describe()
+
+
+def test_nothing_removed_is_said_plainly_and_old_records_still_read():
+    graph = GraphShrink((11, 11), (2, 2), (4, 4), short_inputs="random")
+    found = MinimizeResult("c", "mismatch (node.#.conv)", (), (300, 38), 3, 0, 9.5, "done", graph)
+    assert found.graph.removed_nothing and "from 11 to 11" not in found.describe()
+    assert found.describe().startswith("Nothing could be removed: its 11 operations are all needed")
+    assert not GraphShrink((11, 1), (2, 2), (4, 4)).removed_nothing
+    old = {k: v for k, v in graph.to_json().items() if k != "short_inputs"}
+    assert GraphShrink.from_json(old).short_inputs == ""
+    params = MinimizeResult("c", "mismatch (act.#)", (), (300, 300), 5, 0, 9.5, "done")
+    assert params.describe().startswith("Nothing could be changed")
+
+
+def test_a_minimize_folders_bundle_leaves_out_the_candidates(tmp_path):
+    for name in ("minimal.toml", "minimal.pt2", "repro.py", "repro_stages.py", "summary.json",
+                 "candidates/batch-001/summary.json", "candidates/batch-001/g-1/repro.py",
+                 "programs/g-1.pt2", "minimal/repro.py"):  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    with zipfile.ZipFile(write_bundle(tmp_path, tmp_path / "bundle.zip")) as bundle:
+        names = set(bundle.namelist())
+    assert names == {"minimal.toml", "minimal.pt2", "repro.py", "repro_stages.py",
+                     "summary.json", "minimal/repro.py"}  # fmt: skip
+    (tmp_path / "minimal.toml").unlink()  # a run folder: a case may name a folder candidates/
+    with zipfile.ZipFile(write_bundle(tmp_path, tmp_path / "bundle.zip")) as bundle:
+        assert "programs/g-1.pt2" in bundle.namelist()
