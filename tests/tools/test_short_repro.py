@@ -96,7 +96,7 @@ def test_each_input_is_written_as_the_shortest_thing_that_is_still_the_programs(
 def test_the_script_draws_the_values_minimize_checked():
     torch.manual_seed(0)
     values = {"x": (torch.randn(4, 16) * 3 + 8).half(), "w": torch.ones(16),
-              "i": torch.randint(0, 5, (20,))}  # fmt: skip
+              "i": torch.randint(0, 5, (20,)), "b": torch.tensor([0.5, -1.25])}  # fmt: skip
     inputs = short.plan(values, random=True)
     drawn = short.drawn(inputs, values)
     written = script_of(inputs)["INPUTS"]

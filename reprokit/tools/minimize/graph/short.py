@@ -79,7 +79,7 @@ def _input(name: str, value: Any, random: bool) -> Input:
     if value.numel() and finite and bool((flat == flat[0]).all()):
         return Input(name, "full", shape, dtype, (("value", flat[0].item()),))
     if value.numel() <= SHORT_LITERAL and finite:
-        return Input(name, "literal", shape, dtype, (("values", flat.tolist()),))
+        return Input(name, "literal", shape, dtype, (("numbers", flat.tolist()),))
     if not random or not finite:
         return _stored(name, value)
     if floating:
