@@ -141,8 +141,9 @@ def _wrote(graph: GraphShrink | None) -> str:
     """The files minimize wrote, and where the short repro's inputs come from."""
     if graph is None:
         return "minimal.toml and repro.py"
-    said = {"random": " (seeded random inputs: they show it too)", "literals": ""}
-    inputs = said.get(graph.short_inputs, f" (it reads inputs.pt: {graph.short_inputs})")
+    why = graph.short_inputs.removeprefix("stored").strip(" ()")
+    said = {"random": " (seeded random inputs: they show it too)", "literals": "", "": ""}
+    inputs = said.get(graph.short_inputs, f" (it reads inputs.pt{': ' + why if why else ''})")
     return f"minimal.pt2, minimal.toml, repro.py{inputs} and repro_stages.py"
 
 
