@@ -148,6 +148,8 @@ def test_fp16_layer_norm_nothing_removed_a_short_repro_that_reproduces_alone(cli
     assert "layer_norm: XLA DIFFERS, error against float64: XLA" in done.stdout
     assert float32_repro(out).returncode == 0
     assert cli("report", out, "--format", "md").exit_code == 0
+    body = (out / "report.md").read_text()  # the minimal program by name, not a candidate's
+    assert "`program = 'minimal.pt2'`" in body and "g-" not in body
     with zipfile.ZipFile(out / "bundle.zip") as bundle:
         names = bundle.namelist()
     assert {"repro.py", "repro_stages.py", "minimal.toml", "minimal.pt2", "summary.json"} <= set(
