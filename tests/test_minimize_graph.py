@@ -202,6 +202,8 @@ def test_nothing_removed_is_said_plainly_and_old_records_still_read():
     assert found.graph.removed_nothing and "from 11 to 11" not in found.describe()
     assert found.describe().startswith("Nothing could be removed: its 11 operations are all needed")
     assert not GraphShrink((11, 1), (2, 2), (4, 4)).removed_nothing
+    assert graph.to_json()["removed_nothing"] is True  # summary.json says so too
+    assert GraphShrink.from_json(json.loads(json.dumps(graph.to_json()))) == graph
     old = {k: v for k, v in graph.to_json().items() if k != "short_inputs"}
     assert GraphShrink.from_json(old).short_inputs == ""
     params = MinimizeResult("c", "mismatch (act.#)", (), (300, 300), 5, 0, 9.5, "done")

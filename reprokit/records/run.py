@@ -256,6 +256,7 @@ class GraphShrink:
             "inputs": list(self.inputs),
             "weights": list(self.weights),
             "steps": [asdict(s) for s in self.steps],
+            "removed_nothing": self.removed_nothing,  # derived: for readers of summary.json
         }
 
     @classmethod
