@@ -132,7 +132,8 @@ def write(
     params = chosen.best if chosen else programs.params(best)
     minimal = variant.with_params({**params, "program": str(out_dir / "minimal.pt2")})
     text, stored = script.standalone(original, best, minimal, programs.perturbed)
-    inputs, said = short_inputs(programs, runner, best, params, graph.target if graph else None)
+    checking = graph.target if graph and stopped != "interrupted" else None  # Ctrl-C: no run
+    inputs, said = short_inputs(programs, runner, best, params, checking)
     values = short.values_read(original, best)
     pasted = short.short_repro(original, best, minimal, inputs, programs.perturbed)
 
@@ -168,6 +169,8 @@ def short_inputs(
     chosen = short.plan(values, random=True)
     if not any(s.kind in ("randn", "randint") for s in chosen):
         return chosen, "stored" if short.stored(chosen, values) else "literals"
+    if target is None:
+        return short.plan(values, random=False), "stored (not checked: the search was stopped)"
     drawn = dataclasses.replace(original, values={**original.values, **short.drawn(chosen, values)})
     draws = hashlib.sha256(repr([s.context() for s in chosen]).encode()).hexdigest()[:8]
     path = programs.folder / f"r-{draws}-{best.digest(original.digest)}.pt2"
@@ -178,7 +181,7 @@ def short_inputs(
             (result,), _ = runner.run([candidate(programs.variant, params, "r")])
     except (Interrupted, KeyboardInterrupt):
         result = None
-    if target is not None and target.kept_by(result):
+    if target.kept_by(result):
         return chosen, "random"
     why = "not checked: no budget left" if result is None else "random inputs do not show it"
     return short.plan(values, random=False), f"stored ({why})"
