@@ -1,6 +1,7 @@
 """reprokit minimize on a captured program, for real on XLA:CPU: a fault deep in a transformer
-stack shrinks to the few operations around it and the standalone repro.py still diverges; an
-operation XLA cannot run shrinks and still raises the same error; the budget holds.
+stack shrinks to the few operations around it and both repros still diverge; an operation XLA
+cannot run shrinks and still raises the same error; the budget holds; pytorch/xla#3658's fp16
+LayerNorm, where nothing can be removed, gives a short repro.py that reproduces alone.
 
 The models are tests/data/minimize_graph/models.py. Each oracle run is three stage processes,
 so the programs are small and each test runs one search."""
@@ -11,13 +12,18 @@ import json
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from reprokit.generate.selection import load_variant
 from reprokit.records import MinimizeResult, Outcome, StageResult, Status, VariantResult
 from reprokit.records.minimize import GraphShrink, Step
+from reprokit.reports.bundle import write_bundle
 from reprokit.tools.capture import command
+from reprokit.tools.minimize.graph import program, short
+from reprokit.tools.minimize.graph.program import State
 from reprokit.tools.minimize.target import Target
 
 MODELS = Path(__file__).parent / "data" / "minimize_graph" / "models.py"
@@ -44,16 +50,17 @@ def ops_in(script: Path) -> list[str]:
             if " = torch.ops." in line]  # fmt: skip
 
 
-def run_alone(folder: Path) -> subprocess.CompletedProcess:
-    """repro.py copied alone (with inputs.pt, if any) into a fresh folder, without reprokit."""
-    alone = folder.parent / "alone"
+def run_alone(folder: Path, script: str = "repro.py") -> subprocess.CompletedProcess:
+    """The script copied alone (with the short repro's inputs.pt or the stage version's
+    inputs file, if any) into an empty folder, run without reprokit."""
+    alone = folder.parent / f"alone-{folder.name}-{script}"
     alone.mkdir()
-    for name in ("repro.py", "inputs.pt"):
+    for name in (script, "inputs.pt", "repro_stages.inputs.pt"):
         if (folder / name).is_file():
             (alone / name).write_bytes((folder / name).read_bytes())
     env = {"PATH": "/usr/bin:/bin", "PJRT_DEVICE": "CPU", "HOME": str(alone)}
     return subprocess.run(
-        [sys.executable, "-I", "repro.py"], cwd=alone, env=env, capture_output=True, text=True,
+        [sys.executable, "-I", script], cwd=alone, env=env, capture_output=True, text=True,
         timeout=300, check=False,
     )  # fmt: skip
 
@@ -72,12 +79,16 @@ def test_perturbed_node_deep_in_a_stack_shrinks_to_a_few_operations(cli, tmp_pat
     assert minimal["params"]["program"] == "minimal.pt2"
     perturbed = minimal["params"]["perturb_node"]  # the fault moved along with its node
     assert perturbed.endswith(".linear")
-    calls = ops_in(tmp_path / "m" / "repro.py")
+    calls = ops_in(tmp_path / "m" / "repro_stages.py")
     assert 1 <= len(calls) <= 5 and "linear_" in " ".join(calls)
-    assert "# linear_" in (tmp_path / "m" / "repro.py").read_text()  # the original node named
-    done = run_alone(tmp_path / "m")
+    assert "# linear_" in (tmp_path / "m" / "repro_stages.py").read_text()  # the node named
+    done = run_alone(tmp_path / "m", "repro_stages.py")
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"xla: the first to differ is {perturbed}" in done.stdout
+    assert ops_in(tmp_path / "m" / "repro.py") == calls  # the short repro: the same calls
+    assert report["graph"]["short_inputs"] == "random"  # its weights: seeded draws
+    pasted = run_alone(tmp_path / "m")
+    assert pasted.returncode == 1 and "XLA DIFFERS" in pasted.stdout, pasted.stdout
     # the minimal case reproduces through the ordinary runner as well
     rerun = cli("run", tmp_path / "m" / "minimal.toml", "-o", tmp_path / "r")
     assert rerun.exit_code == 0, rerun.output  # expect mismatch, and it mismatches
@@ -95,13 +106,14 @@ def test_an_operation_xla_cannot_run_shrinks_and_still_raises(cli, tmp_path):
     graph = report["graph"]
     assert graph["nodes"][1] < graph["nodes"][0] and graph["nodes"][1] <= 2
     assert ".to.dtype(" in (tmp_path / "m" / "repro.py").read_text()
+    assert ".to.dtype(" in (tmp_path / "m" / "repro_stages.py").read_text()
     rerun = cli("run", tmp_path / "m" / "minimal.toml", "-o", tmp_path / "r")
     assert rerun.exit_code == 0, rerun.output  # expect error, and it errors
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     xla = next(s for s in summary["variants"][0]["stages"] if s["name"] == "xla")
     assert "Type not supported: Float8_e5m2fnuz" in xla["error"]
-    done = run_alone(tmp_path / "m")
-    assert done.returncode == 2 and "Float8_e5m2fnuz" in done.stderr
+    done = run_alone(tmp_path / "m")  # the short repro raises the same error
+    assert done.returncode == 1 and "Float8_e5m2fnuz" in done.stderr, done.stderr[-2000:]
 
 
 def test_budget_stops_with_the_best_so_far(cli, tmp_path):
@@ -109,8 +121,56 @@ def test_budget_stops_with_the_best_so_far(cli, tmp_path):
     report = minimize(cli, tmp_path / "m", case, "--budget", "3")
     assert report["candidates"] == 3 and report["stopped"] == "budget"
     assert report["graph"]["nodes"][1] < report["graph"]["nodes"][0]  # two tries, one kept
-    for name in ("minimal.pt2", "minimal.toml", "repro.py", "summary.json"):
+    for name in ("minimal.pt2", "minimal.toml", "repro.py", "repro_stages.py", "summary.json"):
         assert (tmp_path / "m" / name).is_file()
+
+
+def test_fp16_layer_norm_nothing_removed_a_short_repro_that_reproduces_alone(cli, tmp_path):
+    """pytorch/xla#3658 (fp16 LayerNorm: XLA's error against float64 ~100x CPU's on XLA:CPU,
+    torch_xla 2.9): one operation, so nothing can be removed, and the output says so; the
+    short repro.py, alone in an empty folder, exits 1 in at most 40 lines; in float32 (no
+    divergence) the same repro exits 0; the bundle holds no candidates."""
+    case = capture(tmp_path, "fp16_layer_norm")
+    out = tmp_path / "m"
+    result = cli("minimize", case, "-o", out, "--budget", "8")
+    assert result.exit_code == 0, result.output
+    assert "Nothing could be removed: its 1 operation is needed" in result.output
+    assert "from 1 to 1" not in result.output
+    found = MinimizeResult.from_json(
+        json.loads((out / "summary.json").read_text())["run"]["minimized"]
+    )
+    assert found.graph.removed_nothing and found.graph.short_inputs == "random"
+    script = (out / "repro.py").read_text()
+    assert len(script.splitlines()) <= 40 and "stage" not in script.lower()
+    assert "torch.randn([2, 6, 16], generator=g)" in script and not (out / "inputs.pt").exists()
+    done = run_alone(out)
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+    assert "layer_norm: XLA DIFFERS, error against float64: XLA" in done.stdout
+    assert float32_repro(out).returncode == 0
+    assert cli("report", out, "--format", "md").exit_code == 0
+    body = (out / "report.md").read_text()  # the minimal program by name, not a candidate's
+    assert "`program = 'minimal.pt2'`" in body and "g-" not in body
+    with zipfile.ZipFile(out / "bundle.zip") as bundle:
+        names = bundle.namelist()
+    assert {"repro.py", "repro_stages.py", "minimal.toml", "minimal.pt2", "summary.json"} <= set(
+        names
+    )
+    assert not [n for n in names if n.startswith(("candidates/", "programs/"))], names
+    assert (out / "candidates").is_dir()  # they are still there, only not bundled
+
+
+def float32_repro(out: Path) -> subprocess.CompletedProcess:
+    """The short repro of the same minimal program in float32, where XLA agrees."""
+    minimal = load_variant(str(out / "minimal.toml")).with_params({"dtype": "float32"})
+    original = program.load(out / "minimal.pt2")
+    whole = State(original.ops(), original.outputs())
+    inputs = short.plan(short.values_read(original, whole), random=True)
+    folder = out.parent / "float32"
+    folder.mkdir()
+    text = short.short_repro(original, whole, minimal, inputs, None)
+    assert "DTYPE = torch.float32" in text
+    short.write(folder, text, {})
+    return run_alone(folder)
 
 
 def stage_failed(error: str) -> VariantResult:
@@ -134,3 +194,32 @@ def test_the_graph_record_round_trips_and_old_records_still_read():
     old = {k: v for k, v in found.to_json().items() if k != "graph"}
     assert MinimizeResult.from_json(old).graph is None
     assert "from 70 to 1 operations" in found.describe()
+
+
+def test_nothing_removed_is_said_plainly_and_old_records_still_read():
+    graph = GraphShrink((11, 11), (2, 2), (4, 4), short_inputs="random")
+    found = MinimizeResult("c", "mismatch (node.#.conv)", (), (300, 38), 3, 0, 9.5, "done", graph)
+    assert found.graph.removed_nothing and "from 11 to 11" not in found.describe()
+    assert found.describe().startswith("Nothing could be removed: its 11 operations are all needed")
+    assert not GraphShrink((11, 1), (2, 2), (4, 4)).removed_nothing
+    assert graph.to_json()["removed_nothing"] is True  # summary.json says so too
+    assert GraphShrink.from_json(json.loads(json.dumps(graph.to_json()))) == graph
+    old = {k: v for k, v in graph.to_json().items() if k != "short_inputs"}
+    assert GraphShrink.from_json(old).short_inputs == ""
+    params = MinimizeResult("c", "mismatch (act.#)", (), (300, 300), 5, 0, 9.5, "done")
+    assert params.describe().startswith("Nothing could be changed")
+
+
+def test_a_minimize_folders_bundle_leaves_out_the_candidates(tmp_path):
+    for name in ("minimal.toml", "minimal.pt2", "repro.py", "repro_stages.py", "summary.json",
+                 "candidates/batch-001/summary.json", "candidates/batch-001/g-1/repro.py",
+                 "programs/g-1.pt2", "minimal/repro.py"):  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    with zipfile.ZipFile(write_bundle(tmp_path, tmp_path / "bundle.zip")) as bundle:
+        names = set(bundle.namelist())
+    assert names == {"minimal.toml", "minimal.pt2", "repro.py", "repro_stages.py",
+                     "summary.json", "minimal/repro.py"}  # fmt: skip
+    (tmp_path / "minimal.toml").unlink()  # a run folder: a case may name a folder candidates/
+    with zipfile.ZipFile(write_bundle(tmp_path, tmp_path / "bundle.zip")) as bundle:
+        assert "programs/g-1.pt2" in bundle.namelist()

@@ -31,6 +31,7 @@ from reprokit.errors import ExitCode, ReprokitError
 from reprokit.generate.selection import load_variant
 from reprokit.generate.variants import parse_sets
 from reprokit.records import RunSummary
+from reprokit.records.minimize import GraphShrink
 from reprokit.runner import progress, signals
 from reprokit.runner.keywords import select
 from reprokit.runner.options import TIMEOUT, default_run_dir, jobs
@@ -124,7 +125,9 @@ def minimize_(
     for change in found.changes:
         table.add_row(change.param, repr(change.before), repr(change.after))
     out.print(table)
-    wrote = "minimal.pt2, minimal.toml and repro.py" if found.graph else "minimal.toml and repro.py"
+    if found.graph.removed_nothing if found.graph else not found.changes:
+        out.print(found.describe(), highlight=False)  # says so plainly
+    wrote = _wrote(found.graph)
     out.print(
         f"script {found.lines[0]} -> {found.lines[1]} lines; {found.candidates} candidate "
         f"runs, {found.cache_hits} cache hits, {found.seconds} s ({found.stopped}); "
@@ -132,6 +135,16 @@ def minimize_(
         highlight=False,
     )
     raise typer.Exit(ExitCode.INTERRUPTED if found.stopped == "interrupted" else ExitCode.OK)
+
+
+def _wrote(graph: GraphShrink | None) -> str:
+    """The files minimize wrote, and where the short repro's inputs come from."""
+    if graph is None:
+        return "minimal.toml and repro.py"
+    why = graph.short_inputs.removeprefix("stored").strip(" ()")
+    said = {"random": " (seeded random inputs: they show it too)", "literals": "", "": ""}
+    inputs = said.get(graph.short_inputs, f" (it reads inputs.pt{': ' + why if why else ''})")
+    return f"minimal.pt2, minimal.toml, repro.py{inputs} and repro_stages.py"
 
 
 @reports_errors

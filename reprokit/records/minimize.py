@@ -40,6 +40,15 @@ class GraphShrink:
     weights: tuple[int, int]
     steps: tuple[Step, ...] = ()
     program: str = "minimal.pt2"  # the minimal program, beside summary.json
+    # how the short repro.py writes its inputs: "literals", "random" (seeded draws, checked to
+    # show the outcome), "stored (why)" (it reads inputs.pt beside it); "" in older records
+    short_inputs: str = ""
+
+    @property
+    def removed_nothing(self) -> bool:
+        """No operation, input or weight could be removed."""
+        return (self.nodes[0], self.inputs[0], self.weights[0]) == (
+            self.nodes[1], self.inputs[1], self.weights[1])  # fmt: skip
 
     def rows(self) -> list[tuple[str, str, str]]:
         """The table of what was removed: what, before, after."""
@@ -52,6 +61,7 @@ class GraphShrink:
             "inputs": list(self.inputs),
             "weights": list(self.weights),
             "steps": [asdict(s) for s in self.steps],
+            "removed_nothing": self.removed_nothing,  # derived: for readers of summary.json
         }
 
     @classmethod
@@ -86,16 +96,29 @@ class MinimizeResult:
         if self.graph is not None:
             nodes = self.graph.nodes
             moved = f"; parameters `{before}` to `{after}`" if self.changes else ""
+            shrunk = f"Minimized the captured program from {nodes[0]} to {nodes[1]} operations"
+            if self.graph.removed_nothing:
+                many = "s are all" if nodes[0] != 1 else " is"
+                shrunk = f"Nothing could be removed: its {nodes[0]} operation{many} needed"
             return (
-                f"Minimized the captured program from {nodes[0]} to {nodes[1]} operations"
+                f"{shrunk}"
                 f"{moved} (script {self.lines[1]} lines, {self.candidates} candidate runs, "
                 f"{self.cache_hits} cache hits, {self.seconds} s, {self.stopped}), "
                 f"still {self.target}."
             )
+        if not self.changes:
+            return (
+                f"Nothing could be changed: every parameter is needed ({self.candidate_runs}), "
+                f"still {self.target}."
+            )
         return (
             f"Minimized from `{before}` to `{after}` (script {self.lines[0]} -> "
-            f"{self.lines[1]} lines, {self.candidates} candidate runs), still {self.target}."
+            f"{self.lines[1]} lines, {self.candidate_runs}), still {self.target}."
         )
+
+    @property
+    def candidate_runs(self) -> str:
+        return f"{self.candidates} candidate runs"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self) | {"changes": [asdict(c) for c in self.changes],

@@ -30,6 +30,7 @@ def _members(run_dir: Path, target: Path) -> list[Path]:
         and p != target
         and p.name != target.name
         and not _ours(p)
+        and not _minimize_scratch(run_dir, p)
     ]
     return sorted(files, key=lambda p: (_priority(p), p.stat().st_size, str(p)))
 
@@ -38,6 +39,15 @@ def _ours(path: Path) -> bool:
     """The run folder's lock and half-written temporary files: not part of the run. Other
     dot-files are kept: a distributed checkpoint cannot be read without its .metadata."""
     return path.name == ".reprokit.lock" or (path.name.startswith(".") and path.suffix == ".tmp")
+
+
+def _minimize_scratch(run_dir: Path, path: Path) -> bool:
+    """A minimize folder's rejected candidates (``candidates/``: their run folders,
+    ``programs/``: their .pt2 files): the search's scratch, not what a maintainer needs (the
+    minimal case and program, the repros, the summary)."""
+    if not (run_dir / "minimal.toml").is_file():
+        return False
+    return path.relative_to(run_dir).parts[0] in ("candidates", "programs")
 
 
 def _priority(path: Path) -> int:

@@ -81,6 +81,7 @@ def kept(
         label=minimal.label,
         case=minimal.case.name,
         variant=minimal.script_params(),
+        changed=minimal.changed,  # the candidate's own would name its hashed program file
         expected=best.outcome,
     )
     shutil.rmtree(out_dir / minimal.label, ignore_errors=True)

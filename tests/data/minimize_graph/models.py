@@ -39,3 +39,16 @@ class FakeQuant(nn.Module):
 def fake_quant():
     torch.manual_seed(0)
     return FakeQuant().eval(), (torch.randn(2, 8),)
+
+
+def fp16_layer_norm():
+    """pytorch/xla#3658: a float16 LayerNorm, its inputs far from zero (mean 8): XLA's error
+    against float64 is hundreds of times CPU's (measured on XLA:CPU, torch_xla 2.9)."""
+    torch.manual_seed(0)
+    return nn.LayerNorm(16).half().eval(), (torch.randn(2, 6, 16).half() + 8,)
+
+
+def fp32_layer_norm():
+    """The same LayerNorm in float32: XLA and CPU agree."""
+    torch.manual_seed(0)
+    return nn.LayerNorm(16).eval(), (torch.randn(2, 6, 16) + 8,)

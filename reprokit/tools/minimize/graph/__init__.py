@@ -6,14 +6,19 @@ show its outcome (a mismatch at the same kind of operation, or the same failure)
 :mod:`reprokit.tools.minimize.params` on the minimal program, both through one
 :class:`~reprokit.tools.minimize.search.Runner` (one budget, one cache, one count). It writes,
 into the output folder, ``minimal.pt2``, ``minimal.toml`` (the case on the minimal program),
-the standalone ``repro.py`` (and ``inputs.pt`` when its inputs are too large to print), and a
-summary.json that ``reprokit report`` reads, with the search's record
-(:class:`~reprokit.records.run.GraphShrink` in ``run.minimized.graph``). Budget and Ctrl-C
-stop it with the best found so far written out.
+the short ``repro.py`` a maintainer pastes (:mod:`~reprokit.tools.minimize.graph.short`; its
+``inputs.pt`` only when neither literals nor seeded random inputs show the outcome, which one
+more oracle run checks), the stage-protocol ``repro_stages.py`` beside it, and a summary.json
+that ``reprokit report`` reads, with the search's record
+(:class:`~reprokit.records.run.GraphShrink` in ``run.minimized.graph``). The oracle's run
+folders go under ``candidates/`` and the candidates' programs under ``programs/``: the
+bundle leaves both out. Budget and Ctrl-C stop it with the best found so far written out.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import shutil
 import time
 from dataclasses import dataclass
@@ -26,8 +31,9 @@ from reprokit.generate.variants import Variant
 from reprokit.records import MinimizeResult, Outcome
 from reprokit.records.minimize import GraphShrink, Step
 from reprokit.runner.options import Options
+from reprokit.runner.scheduler import Interrupted
 from reprokit.tools.minimize.cache import Cache
-from reprokit.tools.minimize.graph import program, script
+from reprokit.tools.minimize.graph import program, script, short
 from reprokit.tools.minimize.graph.program import State
 from reprokit.tools.minimize.graph.search import Programs, strategies
 from reprokit.tools.minimize.output import result_of, write_out
@@ -126,26 +132,75 @@ def write(
     params = chosen.best if chosen else programs.params(best)
     minimal = variant.with_params({**params, "program": str(out_dir / "minimal.pt2")})
     text, stored = script.standalone(original, best, minimal, programs.perturbed)
+    checking = graph.target if graph and stopped != "interrupted" else None  # Ctrl-C: no run
+    inputs, said = short_inputs(programs, runner, best, params, checking)
+    values = short.values_read(original, best)
+    pasted = short.short_repro(original, best, minimal, inputs, programs.perturbed)
+
+    def write_scripts(folder: Path) -> None:
+        script.write(folder, text, stored)
+        short.write(folder, pasted, short.stored(inputs, values))
+
     record = result_of(
         variant,
         minimal,
         graph.target if graph else None,
         runner,
-        lines=(render(variant).count("\n"), text.count("\n")),
+        lines=(render(variant).count("\n"), pasted.count("\n")),
         seconds=seconds,
         stopped=stopped,
-        graph=_shrunk(programs, best, graph.steps if graph else {}),
+        graph=_shrunk(programs, best, graph.steps if graph else {}, said),
     )
     last = chosen or graph  # the parameter search, once it started, has the last result
     kept = last.best_result if last else None
     target = graph.target if graph else None
-    write_out(out_dir, record, kept, minimal, target, lambda f: script.write(f, text, stored))
+    write_out(out_dir, record, kept, minimal, target, write_scripts)
     return record
 
 
-def _shrunk(programs: Programs, best: State, steps: dict[str, list[int]]) -> GraphShrink:
-    """What the program lost (operations, inputs, weights: before -> after), and what each
-    strategy cost."""
+def short_inputs(
+    programs: Programs, runner: Runner, best: State, params: dict[str, Any], target: Target | None
+) -> tuple[list[short.Input], str]:
+    """How the short repro writes its inputs, and what the record says of them: seeded random
+    draws where a value is too large to print, when the oracle shows the outcome with them
+    too (one more run, within the budget); else the recorded values, from inputs.pt."""
+    original = programs.original
+    values = short.values_read(original, best)
+    chosen = short.plan(values, random=True)
+    if not any(s.kind in ("randn", "randint") for s in chosen):
+        return chosen, "stored" if short.stored(chosen, values) else "literals"
+    if target is None:
+        return short.plan(values, random=False), "stored (not checked: the search was stopped)"
+    drawn = dataclasses.replace(original, values={**original.values, **short.drawn(chosen, values)})
+    draws = hashlib.sha256(repr([s.context() for s in chosen]).encode()).hexdigest()[:8]
+    path = programs.folder / f"r-{draws}-{best.digest(original.digest)}.pt2"
+    result = None
+    try:
+        if path.is_file() or _saved(drawn, best, path):
+            params = {**params, "program": str(path)}
+            (result,), _ = runner.run([candidate(programs.variant, params, "r")])
+    except (Interrupted, KeyboardInterrupt):
+        result = None
+    if target.kept_by(result):
+        return chosen, "random"
+    why = "not checked: no budget left" if result is None else "random inputs do not show it"
+    return short.plan(values, random=False), f"stored ({why})"
+
+
+def _saved(original: program.Original, state: State, path: Path) -> bool:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        program.save(original, state, path)
+    except Exception:  # as Programs.ready: export's failures are many
+        return False
+    return True
+
+
+def _shrunk(
+    programs: Programs, best: State, steps: dict[str, list[int]], short_inputs: str
+) -> GraphShrink:
+    """What the program lost (operations, inputs, weights: before -> after), what each
+    strategy cost, and how the short repro writes its inputs."""
     original = programs.original
     before = program.counts(original, State(original.ops(), original.outputs()))
     after = program.counts(original, best)
@@ -154,4 +209,5 @@ def _shrunk(programs: Programs, best: State, steps: dict[str, list[int]]) -> Gra
         inputs=(before[1], after[1]),
         weights=(before[2], after[2]),
         steps=tuple(Step(k, runs, removed) for k, (runs, removed) in steps.items()),
+        short_inputs=short_inputs,
     )

@@ -1,11 +1,13 @@
-"""The standalone repro.py of a minimized program: its aten calls as Python, one a line.
+"""The stage-protocol repro_stages.py of a minimized program: its aten calls as Python, one a
+line, run as stages in fresh processes (the short, pasteable repro.py is
+:mod:`~reprokit.tools.minimize.graph.short`'s).
 
 The script is rendered by the project's sandboxed Jinja environment from
 ``templates/_graph_repro.py.j2``. Every operation and argument reaches it as data (a node as
 a checked name, a value as a literal, a dtype or layout as a checked torch attribute name), so
 that nothing in a program becomes code. Inputs of at most :data:`LITERAL_LIMIT` finite
-elements are printed into the script; larger ones go into ``inputs.pt`` beside it, read back
-with ``weights_only=True``. The script needs neither reprokit nor the ``.pt2``.
+elements are printed into the script; larger ones go into :data:`INPUTS_FILE` beside it, read
+back with ``weights_only=True``. The script needs neither reprokit nor the ``.pt2``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from reprokit.generate.variants import Variant
 from reprokit.tools.minimize.graph.program import Original, State
 
 TEMPLATE = "_graph_repro.py.j2"
+SCRIPT = "repro_stages.py"
+INPUTS_FILE = "repro_stages.inputs.pt"  # apart from the short repro's inputs.pt
 LITERAL_LIMIT = 256  # elements of one input printed into the script ("a few hundred")
 PER_LINE = 4  # printed values a line: full precision, so that the inputs are exact
 _TAKEN = {"torch", "inputs", "device", "dtype", "faulty", "floating", "Path"}
@@ -60,11 +64,12 @@ def standalone(
         "names": [{"var": _var(n), "key": n} for n in values],
         "lines": [_line(original, n, perturbed) for n in state.ops],
         "results": results,
+        "inputs_file": INPUTS_FILE,
     }
     dirs = tuple(dict.fromkeys([variant.template.path.parent, *template_dirs()]))
     script = environment(dirs).get_template(TEMPLATE).render(context)
     script = with_variables(script, variant.variables, variant.case_variables)  # as render()'s
-    compile(script, "repro.py", "exec")  # a template bug, not the user's: let it raise
+    compile(script, SCRIPT, "exec")  # a template bug, not the user's: let it raise
     return script, {n: v for n, v in values.items() if n not in printable}
 
 
@@ -171,10 +176,11 @@ def _arg(value: Any) -> dict[str, Any]:
 
 
 def write(folder: Path, script: str, stored: dict[str, Any]) -> None:
-    """repro.py, and inputs.pt beside it when some inputs are too large to print."""
+    """repro_stages.py, and its inputs file beside it when some inputs are too large to
+    print."""
     import torch
 
-    (folder / "repro.py").write_text(script, encoding="utf-8")
-    (folder / "inputs.pt").unlink(missing_ok=True)
+    (folder / SCRIPT).write_text(script, encoding="utf-8")
+    (folder / INPUTS_FILE).unlink(missing_ok=True)
     if stored:
-        torch.save({k: v.contiguous() for k, v in stored.items()}, folder / "inputs.pt")
+        torch.save({k: v.contiguous() for k, v in stored.items()}, folder / INPUTS_FILE)
