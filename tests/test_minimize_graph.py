@@ -150,6 +150,8 @@ def test_fp16_layer_norm_nothing_removed_a_short_repro_that_reproduces_alone(cli
     assert cli("report", out, "--format", "md").exit_code == 0
     body = (out / "report.md").read_text()  # the minimal program by name, not a candidate's
     assert "`program = 'minimal.pt2'`" in body and "g-" not in body
+    assert "Standalone, `PJRT_DEVICE=CPU python repro.py`" in body  # the short form, told so
+    assert "every stage in a fresh process" not in body
     with zipfile.ZipFile(out / "bundle.zip") as bundle:
         names = bundle.namelist()
     assert {"repro.py", "repro_stages.py", "minimal.toml", "minimal.pt2", "summary.json"} <= set(

@@ -93,3 +93,9 @@ def test_what_importing_torch_xla_set_in_the_harness_is_not_carried():
     mine = {"XLA_FLAGS": "--xla_dump_to=/tmp --xla_cpu_enable_fast_math=false"}
     assert variables.carried(mine) == {"XLA_FLAGS": "--xla_dump_to=/tmp"}
     assert variables.carried({"PJRT_DYNAMIC_PLUGINS": "0"}) == {"PJRT_DYNAMIC_PLUGINS": "0"}
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # what torch sets
+
+    assert variables.carried({"TORCHINDUCTOR_CACHE_DIR": default_cache_dir()}) == {}
+    assert variables.carried({"TORCHINDUCTOR_CACHE_DIR": "/data/c"}) == {
+        "TORCHINDUCTOR_CACHE_DIR": "/data/c"
+    }

@@ -25,7 +25,10 @@ the STEERING variables set when it ran, less reprokit's own, secrets and HARNESS
 
 from __future__ import annotations
 
+import getpass
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 
 from reprokit.infra.redact import is_secret_name, redact_text, secret_values
@@ -70,15 +73,22 @@ def carried(environ: Mapping[str, str]) -> dict[str, str]:
     return _less_torch_xlas_own(found)
 
 
-# What importing torch_xla sets in its process (torch_xla/__init__.py, experimental/plugins.py):
-# once a harness has imported it, these are in its environment although nobody exported them,
-# and every stage sets them the same way itself.
-TORCH_XLA_SETS = {"PJRT_DYNAMIC_PLUGINS": "1"}
+# What torch and torch_xla set in the process that uses them (torch_xla/__init__.py,
+# experimental/plugins.py, torch/_inductor/runtime/cache_dir_utils.py, which torch.export
+# reaches): once a harness has imported them, these are in its environment although nobody
+# exported them, and every stage sets them the same way itself.
 TORCH_XLA_FLAGS = ("--xla_cpu_enable_fast_math=false",)
 
 
+def _torch_sets() -> dict[str, str]:
+    user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    inductor = os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+    return {"PJRT_DYNAMIC_PLUGINS": "1", "TORCHINDUCTOR_CACHE_DIR": inductor}
+
+
 def _less_torch_xlas_own(found: dict[str, str]) -> dict[str, str]:
-    kept = {k: v for k, v in found.items() if TORCH_XLA_SETS.get(k) != v}
+    own = _torch_sets()
+    kept = {k: v for k, v in found.items() if own.get(k) != v}
     if "XLA_FLAGS" in kept:
         flags = [f for f in kept["XLA_FLAGS"].split() if f not in TORCH_XLA_FLAGS]
         if flags:

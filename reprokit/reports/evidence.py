@@ -264,7 +264,8 @@ def script(run_dir: Path, variant: VariantResult) -> Script | None:
     if not path.is_file():
         return None
     text = path.read_text(encoding="utf-8", errors="replace")
-    return Script(variant.label, text, text.count("\n"))
+    short = (path.parent / "repro_stages.py").is_file()  # as reprokit minimize writes them
+    return Script(variant.label, text, text.count("\n"), short)
 
 
 def too_large(run_dir: Path, variant: VariantResult) -> tuple[Text, ...]:

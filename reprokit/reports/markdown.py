@@ -122,9 +122,17 @@ def _script(shown: Evidence) -> list[str]:
     """A variant's standalone script, folded."""
     if shown.script is None:
         return []
+    how = (
+        f"Standalone, `PJRT_DEVICE=CPU python repro.py` for `{shown.label}` (torch and "
+        "torch_xla only; one process: the operations on CPU, on XLA and in float64, then the "
+        "float64 verdict; exit 1 when XLA differs or raises; `repro_stages.py` beside it is "
+        "the stage version that `reprokit run minimal.toml` runs):"
+        if shown.script.short
+        else f"Standalone, `python repro.py` for `{shown.label}` (torch, torch_xla, numpy; "
+        "every stage in a fresh process, then the comparison table):"
+    )
     return [
-        f"Standalone, `python repro.py` for `{shown.label}` (torch, torch_xla, numpy; "
-        "every stage in a fresh process, then the comparison table):",
+        how,
         "",
         *collapsed(f"repro.py ({shown.script.lines} lines)", fenced(shown.script.text, "python")),
     ]

@@ -57,6 +57,7 @@ class Script:
     label: str
     text: str
     lines: int
+    short: bool = False  # a minimized program's short repro (repro_stages.py beside it)
 
 
 @dataclass(frozen=True)
