@@ -254,11 +254,11 @@ def last_words(result: StageResult, folder: Path) -> StageResult:
     """A failed stage's record with its exception and the tail of its stderr."""
     if not result.failed:
         return result
-    tail = _tail(log_path(folder, result.name))
+    tail = log_tail(log_path(folder, result.name))
     return replace(result, error=_exception(tail), stderr_tail=tuple(tail[-TAIL:]))
 
 
-def _tail(log: Path, size: int = 16384) -> list[str]:
+def log_tail(log: Path, size: int = 16384) -> list[str]:
     """The last lines of a (capped, redacted) log."""
     try:
         with log.open("rb") as file:

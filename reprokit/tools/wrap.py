@@ -34,7 +34,7 @@ from reprokit.reports.evidence import WRAP_CASE, WRAP_SCRIPT
 from reprokit.runner import backends
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import now
-from reprokit.runner.stage import LocalExecutor, last_words, log_path
+from reprokit.runner.stage import LocalExecutor, last_words, log_path, log_tail
 
 STAGE = "script"
 DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)
@@ -151,15 +151,7 @@ def read_evidence(stage_dir: Path) -> XlaEvidence | None:
 def output_tail(log: Path, lines: int = OUTPUT_LINES, size: int = 65536) -> tuple[str, ...]:
     """The last ``lines`` lines of the script's (capped, redacted) stdout, each at most
     LINE_WIDTH characters."""
-    try:
-        with log.open("rb") as file:
-            start = max(0, log.stat().st_size - size)
-            file.seek(start)
-            found = file.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return ()
-    found = found[1:] if start else found  # the first line read may be cut
-    return tuple(line[:LINE_WIDTH] for line in found[-lines:])
+    return tuple(line[:LINE_WIDTH] for line in log_tail(log, size)[-lines:])
 
 
 def copy_script(command: list[str], folder: Path, cwd: Path) -> str | None:
