@@ -64,7 +64,7 @@ def test_variables_reach_the_stages_summary_script_and_to_reproduce(
     assert cli("report", out).exit_code == 0
     body = (out / "report.md").read_text()
     to_reproduce = body.split("## To Reproduce")[1].split("##")[0]
-    assert "XLA_RK_EXPORTED=5 reprokit " in to_reproduce  # (argv: in-process, pytest's)
+    assert "XLA_RK_EXPORTED=5 reprokit" in to_reproduce  # (argv: in-process, pytest's)
     assert "RK_VALUE=" not in to_reproduce  # the case's come with the case
     assert TOKEN not in body and "XLA_RK_TOKEN" not in to_reproduce
 
