@@ -1,10 +1,11 @@
 """The short repro of a minimized program: the 10-40 lines a maintainer pastes into an issue.
 
 ``repro.py`` is rendered from ``templates/_graph_short.py.j2``, then given the variables the
-variant runs with (before torch is imported, as every rendered script): the inputs, the subgraph as aten calls with the user's line above
-each, one run on CPU, XLA and CPU in float64 in this one process, the fp64 method's verdict
-(the rule of :func:`reprokit.comparison.tensors._same`, written out) and the exit code: 1 when
-it reproduces (or raises), 0 when not. The stage-protocol version stays beside it as
+variant runs with (before torch is imported, as every rendered script): the inputs, the
+subgraph as aten calls with the user's line above each, one run on CPU, XLA and CPU in
+float64 in this one process, the fp64 method's verdict (the rule of
+:func:`reprokit.comparison.tensors._same`, written out) and the exit code: 1 when it
+reproduces (or raises), 0 when not. The stage-protocol version stays beside it as
 ``repro_stages.py`` (:mod:`~reprokit.tools.minimize.graph.script`).
 
 Each input is written as the shortest thing that is still the program's (:func:`plan`): a
