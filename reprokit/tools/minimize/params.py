@@ -52,9 +52,7 @@ def minimize(
 ) -> MinimizeResult:
     """Shrink ``variant``; write the minimal case and its script into out_dir, with a
     summary.json that `reprokit report` reads (the search's record in it)."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    runner = Runner(options or Options(), out_dir, max(1, budget), cache or Cache())
+    runner = Runner.into(out_dir, options, budget, cache)
     start = time.monotonic()
     search: Search[Params] | None = None
 
@@ -82,7 +80,7 @@ def minimize(
         minimal.copy_files(folder)
 
     best = search.best_result if search else None
-    write_out(out_dir, record, best, minimal, target, write_script)
+    write_out(runner.out_dir, record, best, minimal, target, write_script)
     return record
 
 

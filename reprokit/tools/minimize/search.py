@@ -49,6 +49,15 @@ class Runner:
     hits: int = 0
     batches: int = 0
 
+    @classmethod
+    def into(
+        cls, out_dir: Path, options: Options | None, budget: int, cache: Cache | None
+    ) -> Runner:
+        """A runner writing under ``out_dir`` (made), at least one run, the shared cache by
+        default: what both searches start from."""
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        return cls(options or Options(), Path(out_dir), max(1, budget), cache or Cache())
+
     def run(
         self, variants: Sequence[Variant], ready: Callable[[int], bool] = lambda _: True
     ) -> tuple[list[VariantResult | None], bool]:

@@ -68,11 +68,9 @@ def minimize_graph(
         raise ReprokitError(
             f"{variant.case.name} does not run a captured program", variant.case.path
         )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    runner = Runner.into(out_dir, options, budget, cache)
     original = program.load(Path(variant.params["program"]))
-    programs = Programs(original, variant, out_dir / "programs")
-    runner = Runner(options or Options(), out_dir, max(1, budget), cache or Cache())
+    programs = Programs(original, variant, runner.out_dir / "programs")
     start, searches = time.monotonic(), _Searches()
 
     def work() -> None:
