@@ -10,7 +10,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from reprokit.environment.specs import parse_env
 from reprokit.environment.variables import HARNESS_OWNED
@@ -135,35 +135,11 @@ def _find_case(selector: str, dirs: list[Path]) -> Path:
 def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
     """Read and validate one case file against its template's declarations."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-        data = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReprokitError(f"cannot read the case file: {exc}", path) from None
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
-        raise ReprokitError(
-            f"not valid TOML: {exc}", path, line, hint="See https://toml.io for the syntax."
-        ) from None
+    text, data = _read(path)
     where = _Locator(path, text)
-    for table in data:
-        if table not in (*_SCHEMA, *_FREE):
-            where.fail(table, None, f"unknown table [{table}]", hint=_TABLES_HINT)
-    sections = {name: _table(data, name, where) for name in (*_SCHEMA, *_FREE)}
-    expect = dict(sections["expect"])
-    per_device = {d: _table(expect, d, where, f"expect.{d}") for d in _DEVICES if d in expect}
-    sections["expect"] = {k: v for k, v in expect.items() if k not in per_device}
-    for name, keys in _SCHEMA.items():
-        _check_keys(sections[name], keys, name, where)
-    for device, table in per_device.items():
-        _check_keys(table, _SCHEMA["expect"], f"expect.{device}", where)
+    sections, per_device = _sections(data, where)
     info = sections["case"]
-    try:
-        template = find_template(info["template"], templates)
-    except ReprokitError as exc:
-        if exc.path is not None:  # the template itself is broken: point at it
-            raise
-        where.fail("template", "case", exc.message, hint=exc.hint)
+    template = _template_of(info, templates, where)
     params, matrix = sections["params"], dict(sections["matrix"])
     combos = {key: _combos(matrix.pop(key, []), key, template, where) for key in _COMBOS}
     _check_params(template, params, matrix, where)
@@ -197,6 +173,49 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         envs=tuple(_env(name, value, where) for name, value in sections["envs"].items()),
         variables=_variables(sections["variables"], where),
     )
+
+
+def _read(path: Path) -> tuple[str, dict[str, Any]]:
+    """The case file's text and its TOML, or the error naming the file (and line)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+        return text, tomllib.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReprokitError(f"cannot read the case file: {exc}", path) from None
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+        raise ReprokitError(
+            f"not valid TOML: {exc}", path, line, hint="See https://toml.io for the syntax."
+        ) from None
+
+
+def _sections(
+    data: dict[str, Any], where: _Locator
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Each known table (empty when absent), their keys checked; and ``[expect.DEVICE]``
+    apart from ``[expect]``."""
+    for table in data:
+        if table not in (*_SCHEMA, *_FREE):
+            where.fail(table, None, f"unknown table [{table}]", hint=_TABLES_HINT)
+    sections = {name: _table(data, name, where) for name in (*_SCHEMA, *_FREE)}
+    expect = dict(sections["expect"])
+    per_device = {d: _table(expect, d, where, f"expect.{d}") for d in _DEVICES if d in expect}
+    sections["expect"] = {k: v for k, v in expect.items() if k not in per_device}
+    for name, keys in _SCHEMA.items():
+        _check_keys(sections[name], keys, name, where)
+    for device, table in per_device.items():
+        _check_keys(table, _SCHEMA["expect"], f"expect.{device}", where)
+    return sections, per_device
+
+
+def _template_of(info: dict[str, Any], templates: Iterable[Path], where: _Locator) -> Template:
+    """The template ``[case] template`` names; an unknown name is the case file's error."""
+    try:
+        return find_template(info["template"], templates)
+    except ReprokitError as exc:
+        if exc.path is not None:  # the template itself is broken: point at it
+            raise
+        where.fail("template", "case", exc.message, hint=exc.hint)
 
 
 def _compare_settings(table: dict[str, Any]) -> CompareSettings:
@@ -368,7 +387,9 @@ class _Locator:
                 return number
         return None
 
-    def fail(self, key: str, section: str | None, message: str, hint: str | None = None):
+    def fail(
+        self, key: str, section: str | None, message: str, hint: str | None = None
+    ) -> NoReturn:
         raise ReprokitError(message, self.path, self.line_of(key, section), hint)
 
 
