@@ -88,7 +88,8 @@ def test_bisect_names_the_release_where_the_outcome_changed(shared_cache, cli, t
         "2.9": {CASE: "match"},
         "2.8": {CASE: "match"},
     }
-    assert (out / "2.5" / "report.md").is_file()
+    report = (out / "2.5" / "report.md").read_text()  # its rerun is a run on that release
+    assert f"reprokit run {CASE} --env '2.5=torch==2.5.0 torch_xla==2.5.0'" in report
 
 
 def test_bisect_with_the_same_outcome_at_both_ends_says_so(shared_cache, cli, tmp_path):

@@ -135,7 +135,7 @@ def rerun_command(summary: RunSummary) -> str | None:
         if name not in variant.case_variables
     }
     prefix = [f"{name}={shlex.quote(value)}" for name, value in sorted(exported.items())]
-    return redact_text(" ".join([*prefix, "reprokit", *summary.argv[1:]]))
+    return redact_text(" ".join([*prefix, "reprokit", *map(shlex.quote, summary.argv[1:])]))
 
 
 def bug(first: VariantResult, *, minimized: bool = False) -> Text:

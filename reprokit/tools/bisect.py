@@ -11,6 +11,7 @@ it flipped back and forth, it names one release where it changed, not the first.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +19,9 @@ from typing import Any
 
 from reprokit.environment.releases import release_env
 from reprokit.generate.variants import load_variants
-from reprokit.records import RunSummary, write_json
+from reprokit.records import EnvSpec, RunSummary, write_json
 from reprokit.reports import write_reports
-from reprokit.runner.options import Options
+from reprokit.runner.options import TIMEOUT, Options
 from reprokit.runner.scheduler import run
 
 RESULT = "bisect.json"
@@ -77,9 +78,8 @@ def bisect(
                 selectors, sets=sets, cases=cases, templates=templates, envs=[env]
             )
             announce(f"release {release}: {len(variants)} variants ({' '.join(env.requirements)})")
-            found.tried[release] = run(
-                variants, run_dir=out / release, options=options, argv=("bisect", release)
-            )
+            argv = _rerun_argv(selectors, env, sets or {}, options, cases, templates)
+            found.tried[release] = run(variants, run_dir=out / release, options=options, argv=argv)
             write_reports(out / release)
             announce(f"release {release}: {_shown(found.outcome(release))}")
         return found.outcome(release)
@@ -95,6 +95,25 @@ def bisect(
         found.before, found.changed = releases[low], releases[high]
     write_json(out / RESULT, found.to_json())
     return found
+
+
+def _rerun_argv(
+    selectors: list[str],
+    env: EnvSpec,
+    sets: dict[str, Any],
+    options: Options,
+    cases: list[Path],
+    templates: list[Path],
+) -> tuple[str, ...]:
+    """The ``reprokit run`` that gives one release's run folder again: what its report's "To
+    Reproduce" says (``--set`` values as TOML, which is how ``--set`` reads them)."""
+    argv = ["reprokit", "run", *selectors, "--env", f"{env.name}={' '.join(env.requirements)}"]
+    argv += [arg for key, value in sets.items() for arg in ("--set", f"{key}={json.dumps(value)}")]
+    argv += [arg for folder in cases for arg in ("--cases", str(folder))]
+    argv += [arg for folder in templates for arg in ("--templates", str(folder))]
+    if options.timeout != TIMEOUT:
+        argv += ["--timeout", f"{options.timeout:g}"]
+    return tuple(argv)
 
 
 def _shown(outcome: tuple[tuple[str, str], ...]) -> str:
