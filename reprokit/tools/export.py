@@ -238,7 +238,9 @@ def flatten_outputs(program: Any) -> list[str]:
     spec = signature.out_spec
     paths = _leaf_paths(spec)
     user = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
-    assert len(user) == len(paths), f"{len(user)} outputs, {len(paths)} leaves in {spec}"
+    tensors = [s for s in user if isinstance(s.arg, TensorArgument)]
+    if len(user) != len(paths):  # not seen: left as torch made it, the outputs numbered
+        return [f"{OUTPUT}.{i}" for i in range(len(tensors))]
     signature.out_spec = pytree.tree_structure(tuple(range(len(paths))))
     names = [p for p, s in zip(paths, user, strict=True) if isinstance(s.arg, TensorArgument)]
     return _unique(names)
