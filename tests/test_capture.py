@@ -205,7 +205,7 @@ def test_bad_factory_is_a_clear_error(tmp_path, spec, expected):
 def test_data_dependent_control_flow_is_refused_in_one_line_at_the_users_line(tmp_path, capfd):
     with pytest.raises(ReprokitError) as error:
         command(f"{MODELS}:data_dependent", out_dir=tmp_path)
-    assert Path(error.value.path).resolve() == MODELS and error.value.line == 58
+    assert Path(error.value.path).resolve() == MODELS and error.value.line == 60
     message = error.value.message
     assert message.startswith("torch.export cannot capture Branchy: control flow depends on")
     assert "`if x.sum() > 0:`" in message and "\n" not in message
@@ -219,7 +219,7 @@ def test_data_dependent_control_flow_is_refused_in_one_line_at_the_users_line(tm
 def test_a_shape_that_depends_on_values_is_refused_at_the_users_line(tmp_path):
     with pytest.raises(ReprokitError) as error:
         command(f"{MODELS}:value_dependent_shape", out_dir=tmp_path)
-    assert Path(error.value.path).resolve() == MODELS and error.value.line == 70
+    assert Path(error.value.path).resolve() == MODELS and error.value.line == 72
     text = str(error.value)
     assert "depends on tensor values (`return x[x > 0] * 2`)" in text
     assert "sympy" not in text and ".pt2" not in text  # no jargon, no temporary path

@@ -51,7 +51,7 @@ def compare_tensor(
     rtol, atol = _tolerances(actual, expected, rtol, atol)
     same_dtype = actual.dtype == expected.dtype
     tally = _tally(actual, expected, rtol, atol)
-    dtype_note = "" if same_dtype else f"dtype {actual.dtype} vs {expected.dtype}"
+    dtype_note = "" if same_dtype else _dtype_note(actual, expected, tally, reference, target)
     allclose = tally.mismatched == 0 and not dtype_note
     errors = bound = None
     if arbiter is not None and arbiter.shape == actual.shape:
@@ -79,6 +79,17 @@ def compare_tensor(
         errors=errors,
         bound=bound,
     )
+
+
+def _dtype_note(
+    actual: torch.Tensor, expected: torch.Tensor, tally: _Tally, reference: str, target: str
+) -> str:
+    """Two dtypes, still a mismatch (a program downstream sees another type), said in words:
+    ``values equal; dtype bool on xla, int64 on cpu`` where only the dtype differs (XLA's
+    cumsum of a bool tensor, whose values are equal while they stay 0 or 1)."""
+    mine, theirs = (str(t.dtype).removeprefix("torch.") for t in (actual, expected))
+    said = f"dtype {mine} on {target}, {theirs} on {reference}"
+    return f"values equal; {said}" if tally.all_zero else said
 
 
 def _other_shape(
@@ -113,14 +124,17 @@ def _same(
     tol: float,
 ) -> bool:
     """dynamo's accuracy rule (``same()`` in torch/_dynamo/utils.py, torch 2.9): close at
-    rtol = atol = tol; else, for floating tensors, the target's RMSE against float64 at most a
-    few times the reference's (3x for half types, small tensors, 1x1 images and a large tol,
-    else 2x) plus tol / 10. NaN in the reference alone, where float64 and the target agree,
-    and NaN errors on both sides pass too."""
+    rtol = atol = tol; else the target's RMSE against float64 at most a few times the
+    reference's (3x for half types, small tensors, 1x1 images and a large tol, else 2x) plus
+    tol / 10. NaN in the reference alone, where float64 and the target agree, and NaN errors on
+    both sides pass too. Integer and flag results too are judged against the float64 run's
+    (dynamo compares them exactly): an index computed from floats (T5's position buckets,
+    ``.long()`` of a log) where the target equals float64 and the reference is the one off is
+    not the target's mismatch."""
     a, e = (t.to(torch.uint8) if t.dtype == torch.bool else t for t in (actual, expected))
     if torch.allclose(a, e, rtol=tol, atol=tol, equal_nan=True):  # in their own dtype
         return True
-    if arbiter.dtype != torch.float64:  # an integer result: no float64 to judge by
+    if arbiter.is_complex():  # the rule is for real numbers
         return False
     a, e = actual.double(), expected.double()
     if e.isnan().any() and not arbiter.isnan().any() and not a.isnan().any():

@@ -106,7 +106,7 @@ def judged(variant: VariantResult, target: str, tensor: str) -> str:
     """Under the fp64 method, the first differing tensor's errors against float64 and the
     bound it is beyond: what the verdict rests on."""
     c = next((c for c in variant.comparisons if c.target == target and c.tensor == tensor), None)
-    if c is None or c.errors is None:
+    if c is None or c.errors is None or c.note:  # a note (dtypes) says what it rests on
         return ""
     bound = f", beyond the bound {c.bound:.3g}" if c.bound is not None else ""
     return (f" Against float64: `{target}`'s RMSE {c.errors[1]:.3g}, `{c.reference}`'s own "
@@ -115,7 +115,8 @@ def judged(variant: VariantResult, target: str, tensor: str) -> str:
 
 def described(tensor: str, info: dict[str, Any]) -> str:
     """``node.0012.layer_norm`` is `aten.layer_norm.default` (2x16) in `encoder.layers.3`,
-    from `model.py:42`: `x = self.norm(x)`."""
+    from `model.py:42`: `x = self.norm(x)`; an operation in a library the line calls, also
+    inside `transformers/masking_utils.py:95: ...`."""
     parts = [f"`{tensor}` is `{info.get('op', '?')}`"]
     if info.get("shape") is not None:
         parts.append(f"({'x'.join(map(str, info['shape'])) or 'scalar'})")
@@ -123,6 +124,8 @@ def described(tensor: str, info: dict[str, Any]) -> str:
         parts.append(f"in `{info['module']}`")
     if info.get("source"):
         parts.append(f"from `{plain(info['source'])}`")
+    if info.get("library_source"):  # the operation sits in a library the user's line calls
+        parts.append(f"inside `{plain(info['library_source'])}`")
     return " ".join(parts) + "."
 
 

@@ -13,6 +13,12 @@ base64 ``torch.save`` blob (extra files are text) that the script reads with
 ``weights_only=True``. Random inputs keep only shapes, dtypes and a seed (numbers and flags
 among the inputs are constants of the program, so they are kept).
 
+The outputs, whatever tree they form (a transformers ``ModelOutput``, a dataclass, a dict), are
+made a flat tuple whose tensors the extra file ``outputs.json`` names by their path
+(``{"names": ["output.logits", "output.hidden_states.0", ...]}``): the script imports only
+torch, and ``torch.export.load`` cannot rebuild a tree of types it has not imported. The
+archive must load back in a fresh interpreter that imports nothing else, as the script's.
+
 What an archive may hold is checked by :mod:`reprokit.tools.program_file`; how torch.export is
 called, and its refusals in plain words, by :mod:`reprokit.tools.export`.
 """
@@ -25,25 +31,26 @@ import io
 import json
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import traceback
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.errors import ReprokitError
-from reprokit.tools.export import export
+from reprokit.tools.export import export, flatten_outputs
 from reprokit.tools.program_file import check_program
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     import torch
 
 TEMPLATE = "exported_program"
 INPUTS = "inputs.json"  # the extra file holding the inputs (extra/inputs.json in the archive)
+OUTPUTS = "outputs.json"  # the extra file naming the outputs' tensors
 SEED = 0  # of random inputs
 _NAME = re.compile(r"[A-Za-z0-9_][\w.-]{0,79}")  # short: the script names its .pt2
 
@@ -63,24 +70,35 @@ def capture(
     ``state_dict`` (a checkpoint in any format ``reprokit diff`` reads) is loaded into the
     module first, strictly. Returns the case file's path. Nothing is left half-written.
     """
-    import torch
-
     if not _NAME.fullmatch(name):
         raise ReprokitError(f"{name!r} cannot name a case", hint="Use letters, digits, _ . -")
-    if state_dict is not None:
-        load_state_dict(module, Path(state_dict))
-    program = export(module, tuple(args), dict(kwargs or {}))
-    inputs = _inputs_record(program, args, kwargs or {}, random_inputs)
-    program.example_inputs = None  # else torch.export.load would unpickle them (see above)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    # the program is in place before the case that names it
-    with _staged(out / f"{name}.toml") as case, _staged(out / f"{name}.pt2") as pt2:
-        torch.export.save(program, pt2, extra_files={INPUTS: json.dumps(inputs)})
+    with _fresh_interpreter() as loads_back:  # it imports torch while the module is exported
+        if state_dict is not None:
+            load_state_dict(module, Path(state_dict))
+        program = export(module, tuple(args), dict(kwargs or {}))
+        extra = {
+            OUTPUTS: json.dumps({"names": flatten_outputs(program)}),
+            INPUTS: json.dumps(_inputs_record(program, args, kwargs or {}, random_inputs)),
+        }
+        program.example_inputs = None  # else torch.export.load would unpickle them (see above)
+        return _write(program, extra, loads_back, _case_text(module, name, random_inputs),
+                      Path(out_dir) / f"{name}.toml")  # fmt: skip
+
+
+def _write(
+    program: Any, extra: dict[str, str], loads_back: Callable[[Path], None], text: str, case: Path
+) -> Path:
+    """The program beside its case file ``case``, checked as data and loaded back: both, or
+    neither (the program is in place before the case that names it)."""
+    import torch
+
+    case.parent.mkdir(parents=True, exist_ok=True)
+    with _staged(case) as staged_case, _staged(case.with_suffix(".pt2")) as pt2:
+        torch.export.save(program, pt2, extra_files=extra)
         check_program(pt2)
-        _loads_back(pt2)
-        case.write_text(_case_text(module, name, random_inputs), encoding="utf-8")
-    return out / f"{name}.toml"
+        loads_back(pt2)
+        staged_case.write_text(text, encoding="utf-8")
+    return case
 
 
 def load_state_dict(module: Any, path: Path) -> None:
@@ -138,20 +156,59 @@ def _inputs_record(
     return record | {"data": base64.b64encode(blob.getvalue()).decode("ascii")}
 
 
-def _loads_back(path: Path) -> None:
-    """The program must load as the script will load it (custom ops may not)."""
-    import torch
+# What the script does first, in a fresh interpreter that imports torch and nothing else
+_LOAD = """\
+import sys, warnings
+import torch
+path = sys.stdin.readline().strip()
+warnings.filterwarnings("ignore")
+if path:
+    torch.export.load(path).module(check_guards=False)
+"""
+
+
+@contextmanager
+def _fresh_interpreter() -> Iterator[Callable[[Path], None]]:
+    """A check that a program loads where the script will load it: a fresh interpreter
+    (``-I``: no PYTHONPATH, no user site), so without the pytree nodes, custom operators and
+    classes the user's imports register. Started at once, so that it imports torch while
+    the module is exported; stopped when the block ends, checked or not."""
+    child = subprocess.Popen(
+        [sys.executable, "-I", "-c", _LOAD],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def loads_back(path: Path) -> None:
+        _, stderr = child.communicate(f"{path.resolve()}\n", timeout=600)
+        if child.returncode == 0:
+            return
+        raise ReprokitError(
+            "the exported program does not load back in a fresh interpreter: "
+            + _cause(stderr, child.returncode),
+            hint="The script imports only torch: a custom operator, class or input type must "
+            "be one torch itself knows; capture a part of the model without it.",
+        )
 
     try:
-        with warnings.catch_warnings():  # torch's own note on its read-only buffers: noise here
-            warnings.filterwarnings("ignore", "The given buffer is not writable")
-            torch.export.load(path).module(check_guards=False)
-    except Exception as exc:  # what deserialising a program raises is not documented
-        raise ReprokitError(
-            f"the exported program does not load back: {type(exc).__name__}: {exc}",
-            hint="A custom operator must be registered in the process that loads the program; "
-            "capture a part of the model without it.",
-        ) from None
+        yield loads_back
+    finally:
+        if child.returncode is None:  # not checked: the block failed first
+            child.kill()
+            child.communicate()
+
+
+_RAISED = re.compile(r"(?:[\w.]+\.)?(\w+(?:Error|Exception): .*)")  # module path left out
+
+
+def _cause(stderr: str, returncode: int) -> str:
+    """Why a program did not load, in one sentence: the error torch logs on the way (which
+    operator or type it could not resolve) rather than its last words, "We ran into an error
+    when deserializing the saved file"."""
+    raised = [m[1] for m in map(_RAISED.search, stderr.splitlines()) if m]
+    found = [e for e in raised if "ran into an error when deserializing" not in e] or raised
+    if not found:
+        return f"exit code {returncode}"
+    return re.split(r"(?<=\.) ", found[0], maxsplit=1)[0][:300]
 
 
 @contextmanager

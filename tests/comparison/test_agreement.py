@@ -40,6 +40,8 @@ def saved_tensors() -> dict[str, dict[str, torch.Tensor]]:
         "nan_in_ref": torch.tensor([1.0, NAN, 3.0]),
         "one_by_one": base[:6, :1].reshape(2, 3, 1, 1),
         "zero_ref": torch.tensor([0.0, 2.0]),
+        "index_ref_off": torch.tensor([0, 1, 2, 4]),  # an index computed from floats (T5)
+        "index_target_off": torch.tensor([0, 1, 2, 3]),
     }
     target = {
         "equal": base.clone(),
@@ -59,11 +61,14 @@ def saved_tensors() -> dict[str, dict[str, torch.Tensor]]:
         "nan_in_ref": torch.tensor([1.0, 2.0, 3.0]),
         "one_by_one": base[:6, :1].reshape(2, 3, 1, 1) + 1e-3,
         "zero_ref": torch.tensor([0.5, 2.5]),
+        "index_ref_off": torch.tensor([0, 1, 2, 3]),
+        "index_target_off": torch.tensor([0, 1, 2, 5]),
     }
     # float64 truth: the target's noise is as far from it as the reference is: fp64 forgives
     fp64 = {name: t.double() + 1e-4 * torch.randn(t.shape, dtype=torch.float64)
             for name, t in ref.items() if t.is_floating_point()}  # fmt: skip
     fp64["nan_in_ref"] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)  # the target is right
+    fp64["index_ref_off"] = fp64["index_target_off"] = torch.tensor([0, 1, 2, 3])  # float64's
     return {"ref": ref, "target": target, "fp64": fp64}
 
 
@@ -103,3 +108,6 @@ def test_script_and_harness_agree(tmp_path, write_case, method):
     # relative to references that are not 0: 0.5 / 2, not 0.5 / 0
     assert (harness["zero_ref"].max_abs, harness["zero_ref"].max_rel) == (0.5, 0.25)
     assert harness["nan_in_ref"].allclose is (method == "fp64")  # dynamo: the target is better
+    # integers judged with the float64 run in view: the target equal to it is not the one off
+    assert harness["index_ref_off"].allclose is (method == "fp64")
+    assert not harness["index_target_off"].allclose

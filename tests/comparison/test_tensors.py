@@ -168,3 +168,27 @@ def test_the_fp64_method_records_the_bound_its_verdict_rests_on():
     assert found.method == "fp64" and found.bound == pytest.approx(3 * ref_error + 1e-5)
     assert found.allclose is (target_error <= found.bound)
     assert compare_tensor("x", reference, target).bound is None  # allclose: no bound
+
+
+def test_a_dtype_only_difference_is_said_as_such_and_stays_a_mismatch():
+    """XLA's cumsum of a bool tensor is bool where CPU's is int64: while the sums stay 0 or 1
+    the values are equal, and the note says so; beyond, it says the dtypes alone."""
+    mask = torch.tensor([False, True, False, False])
+    cpu, xla = mask.cumsum(0), mask.cumsum(0).bool()  # [0, 1, 1, 1] in two dtypes
+    found = compare_tensor("node.0003.cumsum", cpu, xla, reference="cpu", target="xla",
+                           arbiter=cpu)  # fmt: skip
+    assert not found.allclose and found.max_abs == 0 and not found.equal
+    assert found.note == "values equal; dtype bool on xla, int64 on cpu"
+    assert found.describe() == "node.0003.cumsum: values equal; dtype bool on xla, int64 on cpu"
+    saturated = compare_tensor("c", torch.tensor([1, 2, 3]), torch.ones(3, dtype=torch.bool))
+    assert saturated.note == "dtype bool on target, int64 on reference" and saturated.max_abs == 2
+
+
+def test_integer_results_are_judged_with_the_float64_run_in_view():
+    """An index computed from floats (T5's position buckets in bf16): where the target equals
+    the float64 run's and the reference is the one off, it is not the target's mismatch."""
+    fp64 = torch.tensor([0, 3, 7, 9, 12])
+    cpu_off = torch.tensor([0, 3, 8, 9, 12])
+    assert compare_tensor("bucket", cpu_off, fp64.clone(), arbiter=fp64).allclose
+    assert not compare_tensor("bucket", fp64, cpu_off, arbiter=fp64).allclose  # target off
+    assert not compare_tensor("bucket", cpu_off, fp64.clone()).allclose  # allclose: no view
