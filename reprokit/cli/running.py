@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 import reprokit
 from reprokit.cli.app import (
@@ -284,7 +284,7 @@ def sweep_(
 
 def _rich(found: ReportTable) -> Table:
     """A table of the report model, in the console: bad outcomes in red, good in green."""
-    table = Table(*found.header, title=found.title)
+    table = Table(*(Column(h, overflow="fold") for h in found.header), title=found.title)
     for row in found.rows:
         table.add_row(*map(_rich_cell, row))
     return table

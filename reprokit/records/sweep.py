@@ -42,7 +42,7 @@ class Finding:
     its short repro."""
 
     op: str
-    dtypes: str  # the variant's dtype and the tensor's: "float32: bool vs int64"
+    dtypes: str  # the first diverging tensor's: "bool vs int64" (target's, reference's)
     kind: str
     witnesses: tuple[str, ...]  # variant labels
     minimized: str | None = None  # e.g. findings/1-cumsum (its repro.py, summary.json)

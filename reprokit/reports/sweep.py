@@ -45,9 +45,8 @@ def divergence(variant: VariantResult) -> Divergence | None:
     stage = next((s for s in variant.stages if s.name == target), None)
     info = (stage.described.get(tensor) if stage is not None else None) or {}
     op = str(info.get("op") or tensor.rpartition(".")[2] or tensor)
-    dtype = str(variant.variant.get("dtype", ""))
     if c is None:
-        return Divergence(target, tensor, op, dtype, "values")
+        return Divergence(target, tensor, op, "?", "values")
     if c.shape is None or "shape" in c.note:
         kind = "shape"
     elif "dtype" in c.note:
@@ -56,9 +55,10 @@ def divergence(variant: VariantResult) -> Divergence | None:
         kind = "NaN"
     else:
         kind = "values"
+    # the tensor's dtypes (the run's dtype where an operation keeps it): a bool cumsum is one
+    # divergence in a float32 run and in a bfloat16 one
     found = list(dict.fromkeys(_DTYPE.findall(c.note))) if kind == "dtype" else []
-    tensors = " vs ".join(found) or (c.dtype or "?")
-    return Divergence(target, tensor, op, f"{dtype}: {tensors}" if dtype else tensors, kind)
+    return Divergence(target, tensor, op, " vs ".join(found) or (c.dtype or "?"), kind)
 
 
 def triage(variant: VariantResult) -> str:
@@ -67,6 +67,12 @@ def triage(variant: VariantResult) -> str:
     if found is None or found == "":
         return ""
     return str(getattr(found, "label", found))
+
+
+def shown(model: SweptModel) -> str:
+    """The model as a table names it: ``hf:gpt2``, or a factory's file by its name only."""
+    file, _, function = model.model.rpartition(":")
+    return f"{Path(file).name}:{function}" if file.endswith(".py") else model.model
 
 
 def model_folder(model: SweptModel) -> str:
@@ -96,16 +102,16 @@ def sweep_table(summary: RunSummary, sweep: Sweep) -> Table:
     rows = []
     for model in sweep.models:
         if model.case is None:
-            why = Cell(model.refused or "refused", tone="bad")
-            rows.append((Cell(model.model, code=True), Cell("-"), Cell("refused", tone="bad"),
+            why = Cell(_short(model.refused or "refused", 160))
+            rows.append((Cell(shown(model), code=True), Cell("-"), Cell("refused", tone="bad"),
                          why, Cell(""), Cell(""), Cell("")))  # fmt: skip
             continue
         for v in by_case.get(model.case, []):
             found = divergence(v)
             tone = _TONES.get(v.outcome, "bad")
-            first = Cell(found.tensor, code=True) if found else Cell(v.reason or "")
+            first = Cell(found.tensor, code=True) if found else Cell(_short(v.reason or ""))
             rows.append((
-                Cell(model.model, code=True), Cell(str(v.variant.get("dtype", ""))),
+                Cell(shown(model), code=True), Cell(str(v.variant.get("dtype", ""))),
                 Cell(v.outcome.value, tone=tone), first,
                 Cell(found.op, code=True) if found else Cell(""), Cell(triage(v)),
                 Cell("report", link=f"{model_folder(model)}/report"),
@@ -113,6 +119,13 @@ def sweep_table(summary: RunSummary, sweep: Sweep) -> Table:
     header = ("model", "dtype", "outcome", "first divergence", "op", "triage", "its report")
     title = f"Sweep: {len(sweep.models)} models x {len(sweep.dtypes)} dtypes"
     return Table(header, tuple(rows), title=title)
+
+
+def _short(reason: str, limit: int = 90) -> str:
+    """A failed variant's reason, in a table's cell: its first words (the rest is in its
+    report)."""
+    reason = " ".join(reason.split())
+    return reason if len(reason) <= limit else reason[: limit - 1] + "…"
 
 
 def findings_table(sweep: Sweep) -> Table:
@@ -125,7 +138,9 @@ def findings_table(sweep: Sweep) -> Table:
                      Cell(str(len(f.witnesses))), Cell(", ".join(f.witnesses)), Cell(shrunk),
                      repro))  # fmt: skip
     header = ("op", "dtypes", "differs in", "witnesses", "variants", "operations", "short repro")
-    return Table(header, tuple(rows), title=f"Findings: {len(sweep.findings)} divergences")
+    count = len(sweep.findings)
+    title = f"Findings: {count} divergence{'' if count == 1 else 's'}, each with its witnesses"
+    return Table(header, tuple(rows), title=title)
 
 
 def model_summaries(summary: RunSummary, run_dir: Path) -> list[tuple[str, RunSummary]]:
