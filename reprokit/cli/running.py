@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
@@ -274,8 +275,9 @@ def sweep_(
         out.print(line, highlight=False)
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     summary, written = reprokit.report(run_dir)
+    wide = out if out.is_terminal else Console(width=200)  # a log is not wrapped: rows whole
     for shown in build_report(summary, run_dir).sweep:
-        out.print(_rich(shown))
+        wide.print(_rich(shown))
     out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
     out.print(f"report: {escape(str(written[0]))}; each model's: {escape(str(run_dir))}/models/")
     refused = any(m.refused for m in found.sweep.models)
@@ -296,5 +298,5 @@ _TONES = {"bad": "bold red", "good": "green"}
 def _rich_cell(value: Cell | Names) -> str:
     if isinstance(value, Names):
         return escape(", ".join(value.items) or value.empty)
-    text = escape(value.text)
+    text = escape(f"{value.link}.md" if value.link else value.text)  # a path, in a console
     return f"[{_TONES[value.tone]}]{text}[/]" if value.tone in _TONES else text

@@ -123,7 +123,11 @@ def _read_list(path: Path) -> tuple[list[Model], tuple[str, ...] | None]:
         raise ReprokitError(f"unknown keys in [[model]]: {', '.join(unknown)}", path,
                             hint="A model takes name, config and shape.")  # fmt: skip
     here = path.parent  # a factory's file, relative to the list
-    models = [_model(_beside(t["name"], here), t.get("config"), t.get("shape")) for t in tables]
+    try:
+        models = [_model(_beside(t["name"], here), t.get("config"), t.get("shape"))
+                  for t in tables]  # fmt: skip
+    except ReprokitError as exc:  # said of the list that names it
+        raise ReprokitError(exc.message, exc.path or path, exc.line, exc.hint) from None
     dtypes = data.get("dtypes")
     return models, tuple(dtypes) if dtypes else None
 

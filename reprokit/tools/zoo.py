@@ -153,6 +153,9 @@ def _torchvision(named: Named, torchvision: Any) -> tuple[Any, tuple[Any, ...], 
         raise ReprokitError(f"torchvision has no model {named.model!r}",
                             hint=f"Some it has: {', '.join(close or known[:8])}.")  # fmt: skip
     config = {"weights": None, **named.config}
+    builder = inspect.signature(torchvision.models.get_model_builder(named.model))
+    if "weights_backbone" in builder.parameters:  # detection, segmentation: no download either
+        config.setdefault("weights_backbone", None)
     module = _made("name", named.spec, torchvision.models.get_model, name=named.model, **config)
     return module, (_images(named.shape),), {}
 
