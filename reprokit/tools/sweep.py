@@ -215,7 +215,8 @@ def _findings(
         sizes = {label: _operations(summary, label) for label in labels}
         witness = min(labels, key=lambda label: sizes[label])  # the cheapest to shrink
         folder = f"{FINDINGS}/{number}-{_UNSAFE.sub('_', op)[:40]}"
-        say(f"minimizing {witness}: {op} ({len(labels)} witnesses)")
+        count = f"{len(labels)} witness{'es' if len(labels) > 1 else ''}"
+        say(f"minimizing {witness}: {op} ({count})")
         found = shrink(variants[witness], out_dir=run_dir / folder, options=options,
                        budget=budget)  # fmt: skip
         nodes = found.graph.nodes if found.graph is not None else None
