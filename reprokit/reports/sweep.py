@@ -111,7 +111,7 @@ def sweep_table(summary: RunSummary, sweep: Sweep) -> Table:
             tone = _TONES.get(v.outcome, "bad")
             first = Cell(found.tensor, code=True) if found else Cell(_short(v.reason or ""))
             rows.append((
-                Cell(shown(model), code=True), Cell(str(v.variant.get("dtype", ""))),
+                Cell(shown(model), code=True), Cell(_dtype(v)),
                 Cell(v.outcome.value, tone=tone), first,
                 Cell(found.op, code=True) if found else Cell(""), Cell(triage(v)),
                 Cell("report", link=f"{model_folder(model)}/report"),
@@ -119,6 +119,12 @@ def sweep_table(summary: RunSummary, sweep: Sweep) -> Table:
     header = ("model", "dtype", "outcome", "first divergence", "op", "triage", "its report")
     title = f"Sweep: {len(sweep.models)} models x {len(sweep.dtypes)} dtypes"
     return Table(header, tuple(rows), title=title)
+
+
+def _dtype(variant: VariantResult) -> str:
+    """The variant's dtype, and its environment when it ran in one (--env)."""
+    dtype = str(variant.variant.get("dtype", ""))
+    return f"{dtype} @{variant.env.name}" if variant.env else dtype
 
 
 def _short(reason: str, limit: int = 90) -> str:

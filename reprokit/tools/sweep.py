@@ -192,6 +192,9 @@ def _capture_all(
             case, refused = name, None
         except ReprokitError as exc:
             case, refused = None, str(exc).partition("\n\n")[0]
+        except Exception as exc:  # a model's own code failing: recorded, the sweep goes on
+            first = (str(exc).splitlines() or [""])[0][:300]
+            case, refused = None, f"{type(exc).__name__}: {first}"
         seconds = round(time.monotonic() - start, 2)
         say(f"captured {named.spec} in {seconds} s" if case else f"refused {named.spec}: {refused}")
         swept.append(SweptModel(named.spec, case, named.config, named.shape, seconds, refused))

@@ -112,3 +112,33 @@ def test_a_bad_list_is_refused_naming_its_file(tmp_path, text, said):
     with pytest.raises(ReprokitError, match=said) as raised:
         load_models([str(tmp_path / "list.toml")])
     assert raised.value.path == tmp_path / "list.toml"
+
+
+def _variant(note: str = "", nan: tuple[int, int] = (0, 0), dtype: str = "bool"):
+    from reprokit.records import Comparison, Outcome, StageResult, Status, VariantResult
+
+    compared = Comparison("node.0003.cumsum", "cpu", "xla", (6,), dtype, 0.0, 0.0, 0, 6, False,
+                          note=note, nan=nan)  # fmt: skip
+    xla = StageResult("xla", "xla", Status.OK,
+                      described={"node.0003.cumsum": {"op": "aten.cumsum.default"}})  # fmt: skip
+    return VariantResult("m", "m[dtype=bfloat16]", {"dtype": "bfloat16"}, Outcome.MISMATCH,
+                         Outcome.MATCH, 1.0, stages=(xla,), comparisons=(compared,),
+                         first_divergence={"xla": "node.0003.cumsum"})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("note", "nan", "dtype", "key"),
+    [
+        ("dtype torch.bool vs torch.int64", (0, 0), "bool",
+         ("aten.cumsum.default", "bool vs int64", "dtype")),
+        ("values equal; dtype int32 on XLA, int64 on CPU", (0, 0), "int32",
+         ("aten.cumsum.default", "int32 vs int64", "dtype")),
+        ("", (0, 2), "bfloat16", ("aten.cumsum.default", "bfloat16", "NaN")),
+        ("", (0, 0), "bfloat16", ("aten.cumsum.default", "bfloat16", "values")),
+    ],
+)  # fmt: skip
+def test_a_divergence_is_known_by_its_op_the_tensors_dtypes_and_what_differs(note, nan, dtype, key):
+    from reprokit.reports.sweep import divergence
+
+    found = divergence(_variant(note, nan, dtype))
+    assert found is not None and found.key == key and found.tensor == "node.0003.cumsum"
