@@ -117,7 +117,8 @@ def sweep_table(summary: RunSummary, sweep: Sweep) -> Table:
                 Cell("report", link=f"{model_folder(model)}/report"),
             ))  # fmt: skip
     header = ("model", "dtype", "outcome", "first divergence", "op", "triage", "its report")
-    title = f"Sweep: {len(sweep.models)} models x {len(sweep.dtypes)} dtypes"
+    models, dtypes = len(sweep.models), len(sweep.dtypes)
+    title = f"Sweep: {models} model{'s' * (models != 1)} x {dtypes} dtype{'s' * (dtypes != 1)}"
     return Table(header, tuple(rows), title=title)
 
 

@@ -154,6 +154,7 @@ def sweep(
     known (after the captures); ``announce`` hears a line per capture and minimization."""
     options, say = options or Options(), announce or (lambda _line: None)
     run_dir = Path(run_dir).absolute()
+    run_dir.mkdir(parents=True, exist_ok=True)  # sweep.json, even when every model is refused
     swept = _capture_all(models, run_dir / CAPTURED, say)
     record = Sweep(tuple(swept), tuple(dtypes), minimized=minimize)
     write_sweep(record, run_dir)  # the report can say which models were refused, even now
