@@ -16,6 +16,7 @@ The tools on top of it, as the commands of the same names run them::
     reprokit.merge(["runs/cpu", "runs/tpu"], out_dir="runs/both")  # one run from several
     reprokit.bisect(["xm_save_vs_xser"], releases=["2.5", "2.9"], out_dir="runs/bisect")
     reprokit.wrap(["python", "train.py"], run_dir="runs/mine")  # your script, as a stage
+    reprokit.sweep(["timm:convnext_atto", "hf:gpt2"], run_dir="runs/zoo")  # models x dtypes
 
 Importing reprokit does not import torch: only ``compare`` (and running a verdict) does.
 """
@@ -36,8 +37,12 @@ from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted, run
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from reprokit.records import MinimizeResult
+    from reprokit.runner.scheduler import Reporter
     from reprokit.tools.bisect import Bisection
+    from reprokit.tools.sweep import SweepResult
 
 __all__ = [
     "Comparison",
@@ -57,6 +62,7 @@ __all__ = [
     "render",
     "report",
     "run",
+    "sweep",
     "wrap",
 ]
 
@@ -131,3 +137,24 @@ def wrap(command: list[str], *, run_dir: Path | str, options: Options | None = N
     from reprokit.tools.wrap import wrap as wrap_command
 
     return wrap_command(list(command), run_dir=Path(run_dir), options=options or Options())
+
+
+def sweep(
+    models: Iterable[str], *, run_dir: Path | str, dtypes: Iterable[str] | None = None,
+    options: Options | None = None, sets: dict[str, Any] | None = None,
+    envs: Iterable[Any] | None = None, minimize: bool = False, budget: int = 40,
+    watch: Callable[[int], AbstractContextManager[Reporter]] | None = None,
+    argv: Iterable[str] = (), announce: Callable[[str], None] | None = None,
+) -> SweepResult:  # fmt: skip
+    """Named models (``torchvision:resnet18``, ``hf:gpt2``) or TOML lists of them, captured
+    and run in each of ``dtypes`` (float32 and bfloat16 unless a list or the caller names
+    them) into one run folder; ``minimize``: each divergence once, one witness shrunk to its
+    short repro (reprokit.tools.sweep). ``report(run_dir)`` then shows the sweep's table."""
+    from reprokit.tools import sweep as sweeps
+
+    found, listed = sweeps.load_models(models)
+    return sweeps.sweep(
+        found, run_dir=Path(run_dir), dtypes=tuple(dtypes or listed or sweeps.DTYPES),
+        options=options, sets=sets, envs=envs, minimize=minimize, budget=budget, watch=watch,
+        argv=argv, announce=announce,
+    )  # fmt: skip

@@ -23,6 +23,7 @@ for _name, _command in (
     ("merge", running.merge_),
     ("bisect", running.bisect_),
     ("capture", commands.capture_),
+    ("sweep", running.sweep_),
 ):
     app.command(_name, cls=Command)(_command)
 app.command("wrap", cls=Command, context_settings=running.WRAP_SETTINGS)(running.wrap_)

@@ -205,10 +205,25 @@ def _diff_row(c: Comparison) -> list[str]:
     return [escape(c.tensor), *(cells[k] for k in keys), mark]
 
 
+# The named-model form of capture and the sweep's: reprokit.tools.zoo.
+ConfigOpt = Annotated[
+    list[str] | None,
+    typer.Option("--config", help="a named model's configuration: KEY=VALUE (repeatable)"),
+]
+ShapeOpt = Annotated[
+    str | None, typer.Option("--shape", help="a named model's input: 1,3,64,64 or 1,16 (ids)")
+]
+
+
 @reports_errors
 def capture_(
     spec: Annotated[
-        str, typer.Argument(metavar="FILE.py:FUNCTION", help="returns (module, args[, kwargs])")
+        str,
+        typer.Argument(
+            metavar="FILE.py:FUNCTION | ZOO:MODEL",
+            help="returns (module, args[, kwargs]); or a named model: torchvision:resnet18, "
+            "timm:convnext_atto, hf:LlamaForCausalLM, hf:gpt2",
+        ),
     ],
     name: Annotated[str | None, typer.Option("--name", help="the case's name [FUNCTION]")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="write here")] = Path("."),
@@ -218,13 +233,35 @@ def capture_(
     random_inputs: Annotated[
         bool, typer.Option("--random-inputs", help="keep only shapes, dtypes and a seed")
     ] = False,
+    config: ConfigOpt = None,
+    shape: ShapeOpt = None,
 ) -> None:
     """Your own model: export it with torch.export into NAME.pt2 and a case, NAME.toml, that
-    runs every operation on CPU and XLA and judges XLA against float64."""
-    from reprokit.tools.capture import command  # torch: only for this command
+    runs every operation on CPU and XLA and judges XLA against float64. A named model
+    (ZOO:MODEL) is built with random weights and inputs made for its family."""
+    if _is_named(spec):
+        case = _capture_named(spec, name, output, state_dict, config or [], shape)
+    else:
+        from reprokit.tools.capture import command  # torch: only for this command
 
-    case = command(
-        spec, name=name, out_dir=output, state_dict=state_dict, random_inputs=random_inputs
-    )
+        case = command(
+            spec, name=name, out_dir=output, state_dict=state_dict, random_inputs=random_inputs
+        )
     out.print(f"wrote {case} and {case.with_suffix('.pt2')}", highlight=False)
     out.print(f"next: reprokit run {case} && reprokit report RUN_DIR", highlight=False)
+
+
+def _is_named(spec: str) -> bool:
+    from reprokit.tools.zoo import is_named
+
+    return is_named(spec)
+
+
+def _capture_named(
+    spec: str, name: str | None, output: Path, state_dict: Path | None, config: list[str],
+    shape: str | None,
+) -> Path:  # fmt: skip
+    from reprokit.tools import zoo
+
+    named = zoo.parse(spec, parse_sets(config), zoo.parse_shape(shape))
+    return zoo.capture_named(named, name=name, out_dir=output, state_dict=state_dict)

@@ -52,8 +52,31 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
         text = public_paths(redact_text(json.dumps(data, indent=2)), **public)
         written.append(_write(out_dir / "report.json", text))
 
+    written += _model_reports(summary, Path(run_dir), out_dir, formats)  # reprokit sweep
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
     return Reports(summary, tuple(written))
+
+
+def _model_reports(summary: RunSummary, run_dir: Path, out_dir: Path, formats: str) -> list[Path]:
+    """A sweep's model by model reports (reprokit.reports.sweep), in OUT_DIR/models/NAME/."""
+    from dataclasses import replace
+
+    from reprokit.reports.sweep import model_summaries
+
+    written = []
+    public = {"run_dir": run_dir, "home": user_home()}
+    for folder, part in model_summaries(summary, run_dir):
+        report = replace(build_report(part, run_dir), sweep=())
+        (out_dir / folder).mkdir(parents=True, exist_ok=True)
+        if formats in ("md", "all"):
+            text = public_paths(markdown(report), **public)
+            written.append(_write(out_dir / folder / "report.md", text))
+        if formats in ("html", "all"):
+            from reprokit.reports.html import html
+
+            text = public_paths(html(report), **public)
+            written.append(_write(out_dir / folder / "report.html", text))
+    return written
 
 
 def _write(path: Path, text: str) -> Path:

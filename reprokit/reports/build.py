@@ -22,6 +22,7 @@ from reprokit.reports.model import (
     Table,
     Text,
 )
+from reprokit.reports.sweep import sweep_tables
 
 MAX_FIGURES = 12  # per kind: a page of 500 variants must still open quickly
 MAX_BARS = 40  # tensors per difference figure
@@ -113,6 +114,7 @@ def build_report(summary: RunSummary, run_dir: Path) -> Report:
         checks=checks(summary.variants),
         noted=tuple(evidence(v, run_dir) for v in noted(summary)[:MAX_FIGURES]),
         xla=xla_table(results_order(summary.variants)),
+        sweep=sweep_tables(summary, run_dir),
     )
 
 

@@ -51,6 +51,8 @@ def html(report: Report) -> str:
     if report.checks:
         items = "".join(f"<li>{_text(line)}</li>" for line in report.checks)
         body.append(f"<p>What each case checks:</p><ul>{items}</ul>")
+    for found in report.sweep:  # reprokit sweep: its table first, each model's report linked
+        body += _table(found)
     body += _table(report.results)
     for shown in (*report.evidence, *report.noted)[:MAX_SECTIONS]:  # known bugs are evidence too
         body += _evidence(shown)
@@ -117,7 +119,8 @@ def _td(value: Value, numeric: bool) -> str:
 def _value(value: Value) -> str:
     if isinstance(value, Names):
         return ", ".join(f"<code>{escape(n)}</code>" for n in value.items) or escape(value.empty)
-    return f"<code>{escape(value.text)}</code>" if value.code else escape(value.text)
+    text = f"<code>{escape(value.text)}</code>" if value.code else escape(value.text)
+    return f"<a href='{escape(value.link)}.html'>{text}</a>" if value.link else text
 
 
 def _text(text: Text) -> str:

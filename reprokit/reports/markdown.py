@@ -74,6 +74,8 @@ def markdown(report: Report, limit: int = GITHUB_BODY_LIMIT) -> str:
 def _markdown(report: Report, budget: Budget) -> str:
     parts = [f"## {report.opening}", "", *([report.bug, ""] if report.bug else [])]
     parts += [f"reprokit: {report.headline}", ""]
+    for found in report.sweep:  # reprokit sweep: its table first, each model's report linked
+        parts += [*titled(found), ""]
     if report.checks:
         parts += ["What each case checks:", "", *(f"- {line}" for line in report.checks), ""]
     for shown in report.noted[: budget.variants]:  # a match that differs: where, and why noise
@@ -239,4 +241,5 @@ def _value(value: Value) -> str:
     if isinstance(value, Names):
         return ", ".join(f"`{cell(name)}`" for name in value.items) or value.empty
     text = f"`{cell(value.text)}`" if value.code else cell(value.text)
+    text = f"[{text}]({value.link}.md)" if value.link else text
     return f"**{text}**" if value.tone == "bad" else text

@@ -25,6 +25,7 @@ class Cell:
     text: str
     code: bool = False  # a name: a variant, tensor, stage, parameter, value
     tone: str = ""  # "bad": what a reader must see (bold, red); "good": as it should be
+    link: str = ""  # a report beside this one, without its suffix: each format links its own
 
 
 @dataclass(frozen=True)
@@ -196,3 +197,4 @@ class Report:
     checks: tuple[Text, ...] = ()  # what each case checks: its title and description
     noted: tuple[Evidence, ...] = ()  # matches that part from their reference within noise
     xla: Table | None = None  # what torch_xla saw: one row per XLA stage of every variant
+    sweep: tuple[Table, ...] = ()  # reprokit sweep: a row per model and dtype; its findings
