@@ -158,6 +158,7 @@ class _State:
     running: set[str] = field(default_factory=set)
     start: float = 0.0
     reason: str | None = None  # when its stage list could not be had
+    compares: bool = False  # some stage of its plan names a reference: tensors to compare
 
     @property
     def variant(self) -> Variant:
@@ -333,7 +334,8 @@ class _Scheduler:
             warnings.warn(note, ReprokitWarning, stacklevel=2)
         state.stages = list(found.stages)
         state.results = {skip.stage.name: skip.result() for skip in found.skipped}
-        if found.compares:
+        state.compares = found.compares
+        if state.compares and not self.options.cache:  # nothing reused: its tensors are new
             _prewarm_compare()
 
     def _start_stage(self, state: _State, stage: Stage) -> bool:
@@ -350,6 +352,8 @@ class _Scheduler:
             self.busy.discard(device or "")
             state.results[stage.name] = result
             state.results.update(blocked(state.stages, state.results))
+            if state.compares and result.reused is None:  # it ran: new tensors to compare
+                _prewarm_compare()
             for reporter in self.reporters:
                 reporter.stage_finished(state.variant.label, result)
 
@@ -364,9 +368,12 @@ class _Scheduler:
 
 @functools.cache
 def _prewarm_compare() -> None:
-    """Import torch (for the comparisons) in the background while the first stages run.
+    """Import torch (for the comparisons) in the background while the other stages run.
 
-    It takes seconds; done at the first verdict instead, it would add them to the run.
+    It takes seconds; done at the first verdict instead, it would add them to the run. Not
+    before a stage really ran: a re-run whose stages all come from the results cache has
+    its comparisons cached too (verdict.py), and torch's import (a second of CPU, 550 MB)
+    would be most of its time.
     """
     threading.Thread(
         target=import_module, args=("reprokit.comparison.tensors",), daemon=True
