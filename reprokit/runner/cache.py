@@ -57,6 +57,12 @@ class CachingExecutor:
     def close(self) -> None:
         self.inner.close()
 
+    def waits(self, job: StageJob) -> bool:
+        """As the inner executor says (a stage that will be reused waits for nothing, but
+        knowing that takes its key: hashing files; deferred, it is only taken a little later)."""
+        waits = getattr(self.inner, "waits", None)
+        return bool(waits and waits(job))
+
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
         key = self.key(job)
         if (reused := self._get(key, job)) is not None:

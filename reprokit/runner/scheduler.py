@@ -276,7 +276,8 @@ class _Scheduler:
         return True
 
     def _submit_next(self) -> bool:
-        """Start one piece of work: a verdict, else a ready stage, else a variant's listing.
+        """Start one piece of work: a verdict, else a ready stage, else a variant's listing,
+        else a stage that would wait for a warm server another stage is starting.
 
         Older variants go first, so that variants finish steadily rather than all at the end.
         """
@@ -288,16 +289,28 @@ class _Scheduler:
                     functools.partial(state.verdict, self.options),
                     lambda f, s=state: self._judged(s, f.result()),
                 )
+        deferred = None  # a stage that would wait for its warm server: other work first
         for state in self.active:
             for stage in state.ready():
-                if self._device(stage) not in self.busy:
+                if self._device(stage) in self.busy:
+                    continue
+                if not self._waits(state, stage):
                     return self._start_stage(state, stage)
+                deferred = deferred or (state, stage)
         if not self.pending:
-            return False
+            return deferred is not None and self._start_stage(*deferred)
         state = self.pending.pop(0)
         state.phase, state.start = Phase.LISTING, time.monotonic()
         self.active.append(state)
         return self._submit(lambda: self._list(state), lambda f: self._listed(state, f))
+
+    def _waits(self, state: _State, stage: Stage) -> bool:
+        """Whether the stage would spend its slot waiting for the executor (a warm server
+        that another stage is starting: seconds of imports on one core). With ``-n 2``, the
+        other slot then runs the stages that need no such server, of the next variants if
+        need be, rather than both waiting on the one import."""
+        waits = getattr(self.executor, "waits", None)  # an executor may have no such wait
+        return bool(waits and waits(state.job(stage)))
 
     def _device(self, stage: Stage) -> str | None:
         """The accelerator the stage holds alone, if its executor gives such turns."""
