@@ -27,6 +27,7 @@ from reprokit.records import (
 )
 
 CASE = "captured_cnn_bf16"  # a mismatch: XLA's mean over the image
+BLOCK_TORCH = "import sys; sys.modules['torch'] = None; from reprokit.cli import main; main()"
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +36,17 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("retention")
     env = {**os.environ, "REPROKIT_CACHE": str(folder / "cache")}
     found = {}
-    for name, extra in (("reduced", []), ("kept", ["--keep-tensors"])):
+    no_torch = [
+        "-c",
+        "import sys; sys.modules['torch'] = None; from reprokit.cli import main; main()",
+    ]
+    for name, how, extra in (
+        ("reduced", ["-m", "reprokit"], []),
+        ("kept", ["-m", "reprokit"], ["--keep-tensors"]),
+        ("again", no_torch, []),  # every stage, comparison and reduction from the caches
+    ):
         found[name] = folder / name
-        command = [sys.executable, "-m", "reprokit", "run", CASE, "-o", str(found[name]), *extra]
+        command = [sys.executable, *how, "run", CASE, "-o", str(found[name]), *extra]
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stdout + done.stderr  # the case expects its mismatch
     return found
@@ -153,3 +162,14 @@ def test_a_summary_tells_equal_tensors_from_others_and_counts_nan_and_inf():
         torch.tensor([True])
     )
     assert read_summaries(Path("/nonexistent")) == {}
+
+
+def test_an_unchanged_rerun_reduces_from_the_cache_without_torch(runs):
+    """The third run could not import torch: its stages, their comparisons and the reduced
+    files all came from the caches, the same bytes as the first run's."""
+    again, first = variant(runs["again"]), variant(runs["reduced"])
+    assert all(s.reused for s in again.stages) and again.comparisons == first.comparisons
+    for stage in ("ref_fp64", "cpu", "xla"):
+        for name in ("tensors.pt", "tensors.json"):
+            first, again = (runs[r] / CASE / "stages" / stage / name for r in ("reduced", "again"))
+            assert first.read_bytes() == again.read_bytes()

@@ -18,7 +18,9 @@ content hash (sha256 of its bytes), its largest absolute value and NaN/inf count
 Only variants whose stages were compared are reduced: a run of some stages alone (``--stages``,
 to be merged with another machine's run) keeps all its tensors. The results cache keeps a
 stage's files as the stage wrote them (whole), so a re-run with other tolerances compares the
-full tensors again. ``reprokit run --keep-tensors`` keeps everything.
+full tensors again; the reduced files are kept too (``reduced/``, keyed by the bytes of the
+tensors.pt and what to leave out), so that an unchanged re-run reduces without torch.
+``reprokit run --keep-tensors`` keeps everything.
 """
 
 from __future__ import annotations
@@ -28,31 +30,39 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from reprokit.comparison.reading import reading
 from reprokit.errors import ReprokitError
+from reprokit.infra.caching import Store, file_digest
+from reprokit.infra.torch_import import import_module
 from reprokit.records import Status, VariantResult
+
+if TYPE_CHECKING:
+    import torch
 
 AROUND = 2  # recorded operations kept on each side of a first divergence
 TENSORS, SUMMARIES = "tensors.pt", "tensors.json"
 
 
-def reduce_variant(folder: Path, result: VariantResult) -> int:
+def reduce_variant(folder: Path, result: VariantResult, *, cached: bool = True) -> int:
     """Reduce the tensors.pt of each stage of the judged variant in ``folder`` (its
-    ``RUN_DIR/<label>``) as the module says; how many tensors it left out."""
+    ``RUN_DIR/<label>``) as the module says; how many tensors it left out. ``cached``: a
+    stage reduced before from the same bytes gets the same two files from the cache, without
+    torch (a re-run whose stages and comparisons all came from the caches stays at the
+    interpreter's floor)."""
     if not result.comparisons:
         return 0
     kept = _around_divergences(result)
+    store = Store("reduced") if cached else None
     dropped = 0
     for stage in result.stages:
         if stage.status is Status.OK and stage.described:
+            droppable = set(stage.described) - kept
             with contextlib.suppress(ReprokitError, OSError):  # unreadable: left as it is
-                dropped += _reduce(folder / "stages" / stage.name, set(stage.described) - kept)
+                dropped += _reduce(folder / "stages" / stage.name, droppable, store)
     return dropped
 
 
@@ -68,12 +78,34 @@ def _around_divergences(result: VariantResult) -> set[str]:
     return kept
 
 
-def _reduce(stage_dir: Path, droppable: set[str]) -> int:
+def _reduce(stage_dir: Path, droppable: set[str], store: Store | None) -> int:
     """Rewrite ``stage_dir/tensors.pt`` without the ``droppable`` tensors, summarized in
     tensors.json; how many it left out (0: nothing to drop, no such file, or done before)."""
     path = stage_dir / TENSORS
     if not droppable or not path.is_file() or (stage_dir / SUMMARIES).exists():
         return 0
+    code = file_digest(Path(__file__))  # another way of reducing: other files
+    key = Store.key(file_digest(path), sorted(droppable), code) if store else ""
+    entry = store.get_folder(key) if store else None
+    if entry is not None:
+        for name in (TENSORS, SUMMARIES):
+            _replace(stage_dir / name, lambda temp, n=name: shutil.copyfile(entry / n, temp))
+        return len(read_summaries(stage_dir))
+    dropped = _rewrite(path, droppable)
+    if dropped and store is not None:
+
+        def fill(entry: Path) -> None:
+            for name in (TENSORS, SUMMARIES):
+                shutil.copyfile(stage_dir / name, entry / name)
+
+        store.put_folder(key, fill)  # None: another run kept it first, or the disk is full
+    return dropped
+
+
+def _rewrite(path: Path, droppable: set[str]) -> int:
+    """tensors.pt without the ``droppable`` tensors, and tensors.json: how many it dropped."""
+    torch = import_module()  # here only: a reduction found in the cache needs none
+    reading = import_module("reprokit.comparison.reading").reading
     with reading(path):
         try:  # memory-mapped: a tensor's pages are read when it is hashed or saved
             tensors = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -86,12 +118,14 @@ def _reduce(stage_dir: Path, droppable: set[str]) -> int:
         return 0
     _replace(path, lambda temp: torch.save(tensors, temp))
     document = {"format": 1, "kept": list(tensors), "dropped": dropped}
-    _replace(stage_dir / SUMMARIES, lambda temp: temp.write_text(json.dumps(document, indent=1)))
+    text = json.dumps(document, indent=1)
+    _replace(path.with_name(SUMMARIES), lambda temp: temp.write_text(text))
     return len(dropped)
 
 
 def summary(tensor: torch.Tensor) -> dict[str, Any]:
     """What tensors.json says of a tensor left out: enough to tell two runs' apart or equal."""
+    torch = import_module()
     flat = tensor.detach().contiguous().reshape(-1)
     raw = flat.view(torch.uint8) if flat.element_size() else flat
     digest = hashlib.sha256(raw.numpy().tobytes() if raw.numel() else b"").hexdigest()

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import filelock
 
+from reprokit.comparison.retention import reduce_variant
 from reprokit.comparison.verdict import verdict
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.variants import Variant
@@ -207,8 +208,8 @@ class _State:
             cached=options.cache,
             xla_device=options.xla_device,
         )
-        if not options.keep_tensors and _reduces(found):  # summary.json has the comparisons
-            import_module("reprokit.comparison.retention").reduce_variant(self.folder, found)
+        if not options.keep_tensors:  # summary.json has the comparisons: the rest may go
+            reduce_variant(self.folder, found, cached=options.cache)
         pause("verdict-computed")
         return found
 
@@ -379,14 +380,6 @@ class _Scheduler:
         pause("variant-judged")
         for reporter in self.reporters:  # summary.json's writer first
             reporter.variant_finished(result)
-
-
-def _reduces(result: VariantResult) -> bool:
-    """Whether the judged variant's run folder has recorded operations to reduce
-    (comparison/retention.py): asked before importing it, which imports torch."""
-    return bool(result.comparisons) and any(
-        s.status is Status.OK and s.described for s in result.stages
-    )
 
 
 @functools.cache
