@@ -173,3 +173,11 @@ def test_an_unchanged_rerun_reduces_from_the_cache_without_torch(runs):
         for name in ("tensors.pt", "tensors.json"):
             first, again = (runs[r] / CASE / "stages" / stage / name for r in ("reduced", "again"))
             assert first.read_bytes() == again.read_bytes()
+
+
+def test_merge_warns_that_a_reduced_stage_merges_the_tensors_it_kept(runs, tmp_path):
+    command = [sys.executable, "-m", "reprokit", "merge", str(runs["reduced"]), str(runs["kept"])]
+    done = subprocess.run([*command, "-o", str(tmp_path / "m")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "kept only some of their recorded operations" in said and "--keep-tensors" in said

@@ -134,10 +134,10 @@ def _merge_variant(
             shutil.copytree(source, folder / "stages" / stage.name)
             if (source / REDUCED).is_file():
                 reduced.append(stage.name)
-    if reduced:
-        _warn_reduced(label, reduced)
         if result.status is not Status.SKIPPED:
             given[run.folder].add(stage.name)
+    if reduced:
+        _warn_reduced(label, reduced)
     recorded = having[0].variant(label)
     assert recorded is not None
     device = next(
