@@ -91,6 +91,15 @@ def main() -> None:
         sizes = [Path(tmp, n, "work", "xla", "tensors.pt").stat().st_size for n in scripts]
         print(f"xla tensors.pt: {sizes[0] / 2**20:.1f} MiB with every node, "
               f"{sizes[1] / 2**20:.1f} MiB outputs only")  # fmt: skip
+        folders = [folder_size(Path(tmp, n)) for n in scripts]
+        print(f"folder (script, program, every stage's files): {folders[0] / 2**20:.1f} MiB "
+              f"with every node, {folders[1] / 2**20:.1f} MiB outputs only, "
+              f"ratio {folders[0] / folders[1]:.1f}")  # fmt: skip
+
+
+def folder_size(folder: Path) -> int:
+    """Bytes of the regular files under ``folder``: what a run folder of the variant holds."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 if __name__ == "__main__":

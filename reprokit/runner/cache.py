@@ -50,12 +50,19 @@ class CachingExecutor:
         self.capabilities = capabilities_of(inner)  # it runs nothing itself: the inner's
         self.store = Store("results")  # an entry: KEY/record.json and KEY/stage/
         self.warned: set[Path] = set()
+        self.versions = versions()  # read once a run (package metadata: ms a stage otherwise)
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
         return self.inner.list_stages(folder, stop)
 
     def close(self) -> None:
         self.inner.close()
+
+    def waits(self, job: StageJob) -> bool:
+        """As the inner executor says (a stage that will be reused waits for nothing, but
+        knowing that takes its key: hashing files; deferred, it is only taken a little later)."""
+        waits = getattr(self.inner, "waits", None)
+        return bool(waits and waits(job))
 
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
         key = self.key(job)
@@ -75,7 +82,7 @@ class CachingExecutor:
             "stage": [stage.name, stage.backend, stage.devices, list(stage.needs)],
             "env": steering(env),
             "python": [job.python or options.python, sys.version],
-            "versions": versions(),
+            "versions": self.versions,
             "device": options.xla_device,
             "needs": {n: _digest(job.folder / "stages" / n) for n in sorted(stage.needs)},
         }

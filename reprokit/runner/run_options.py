@@ -71,6 +71,8 @@ RUN_OPTIONS = (
               metavar="DIR"),
     RunOption("templates", Path, None, "a folder of your own templates (wins)", metavar="DIR",
               repeated=True),
+    RunOption("keep_tensors", bool, False, "keep every recorded operation's tensor (by "
+              "default, once judged, only those around a divergence, and the outputs)"),
 )
 # fmt: on
 BY_NAME = {option.name: option for option in RUN_OPTIONS}
@@ -98,6 +100,7 @@ def build_options(values: Mapping[str, Any], *, jobs: int = 1) -> Options:
         ray_address=given["ray_address"],
         shared_dir=None if shared_dir is None else Path(shared_dir),
         stages=tuple(filter(None, (given["stages"] or "").split(","))),
+        keep_tensors=given["keep_tensors"],
     )
 
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import filelock
 
+from reprokit.comparison.retention import reduce_variant
 from reprokit.comparison.verdict import verdict
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.variants import Variant
@@ -158,6 +159,7 @@ class _State:
     running: set[str] = field(default_factory=set)
     start: float = 0.0
     reason: str | None = None  # when its stage list could not be had
+    compares: bool = False  # some stage of its plan names a reference: tensors to compare
 
     @property
     def variant(self) -> Variant:
@@ -206,6 +208,8 @@ class _State:
             cached=options.cache,
             xla_device=options.xla_device,
         )
+        if not options.keep_tensors:  # summary.json has the comparisons: the rest may go
+            reduce_variant(self.folder, found, cached=options.cache)
         pause("verdict-computed")
         return found
 
@@ -275,7 +279,8 @@ class _Scheduler:
         return True
 
     def _submit_next(self) -> bool:
-        """Start one piece of work: a verdict, else a ready stage, else a variant's listing.
+        """Start one piece of work: a verdict, else a ready stage, else a variant's listing,
+        else a stage that would wait for a warm server another stage is starting.
 
         Older variants go first, so that variants finish steadily rather than all at the end.
         """
@@ -287,16 +292,28 @@ class _Scheduler:
                     functools.partial(state.verdict, self.options),
                     lambda f, s=state: self._judged(s, f.result()),
                 )
+        deferred = None  # a stage that would wait for its warm server: other work first
         for state in self.active:
             for stage in state.ready():
-                if self._device(stage) not in self.busy:
+                if self._device(stage) in self.busy:
+                    continue
+                if not self._waits(state, stage):
                     return self._start_stage(state, stage)
+                deferred = deferred or (state, stage)
         if not self.pending:
-            return False
+            return deferred is not None and self._start_stage(*deferred)
         state = self.pending.pop(0)
         state.phase, state.start = Phase.LISTING, time.monotonic()
         self.active.append(state)
         return self._submit(lambda: self._list(state), lambda f: self._listed(state, f))
+
+    def _waits(self, state: _State, stage: Stage) -> bool:
+        """Whether the stage would spend its slot waiting for the executor (a warm server
+        that another stage is starting: seconds of imports on one core). With ``-n 2``, the
+        other slot then runs the stages that need no such server, of the next variants if
+        need be, rather than both waiting on the one import."""
+        waits = getattr(self.executor, "waits", None)  # an executor may have no such wait
+        return bool(waits and waits(state.job(stage)))
 
     def _device(self, stage: Stage) -> str | None:
         """The accelerator the stage holds alone, if its executor gives such turns."""
@@ -333,7 +350,8 @@ class _Scheduler:
             warnings.warn(note, ReprokitWarning, stacklevel=2)
         state.stages = list(found.stages)
         state.results = {skip.stage.name: skip.result() for skip in found.skipped}
-        if found.compares:
+        state.compares = found.compares
+        if state.compares and not self.options.cache:  # nothing reused: its tensors are new
             _prewarm_compare()
 
     def _start_stage(self, state: _State, stage: Stage) -> bool:
@@ -350,6 +368,8 @@ class _Scheduler:
             self.busy.discard(device or "")
             state.results[stage.name] = result
             state.results.update(blocked(state.stages, state.results))
+            if state.compares and result.reused is None:  # it ran: new tensors to compare
+                _prewarm_compare()
             for reporter in self.reporters:
                 reporter.stage_finished(state.variant.label, result)
 
@@ -364,9 +384,12 @@ class _Scheduler:
 
 @functools.cache
 def _prewarm_compare() -> None:
-    """Import torch (for the comparisons) in the background while the first stages run.
+    """Import torch (for the comparisons) in the background while the other stages run.
 
-    It takes seconds; done at the first verdict instead, it would add them to the run.
+    It takes seconds; done at the first verdict instead, it would add them to the run. Not
+    before a stage really ran: a re-run whose stages all come from the results cache has
+    its comparisons cached too (verdict.py), and torch's import (a second of CPU, 550 MB)
+    would be most of its time.
     """
     threading.Thread(
         target=import_module, args=("reprokit.comparison.tensors",), daemon=True

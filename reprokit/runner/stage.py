@@ -119,17 +119,7 @@ class LocalExecutor:
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
         stage, folder = job.stage, job.folder
         (folder / "stages" / stage.name).mkdir(parents=True, exist_ok=True)
-        args = ["--stage", stage.name, "--workdir", "stages"]
-        args += ["--xla-device", self.options.xla_device]
-        env = job.env(self.options.xla_device)
-        if job.python:  # another environment's python: none of this one's packages
-            env.pop("PYTHONPATH", None)
-        if self.options.dump_hlo and stage.backend.startswith("xla"):
-            env |= {
-                "XLA_SAVE_TENSORS_FMT": "hlo",  # torch_xla writes every graph it syncs
-                "XLA_SAVE_TENSORS_FILE": str(folder / "stages" / stage.name / "graphs.hlo"),
-            }
-        command = self._script(args, job.python)
+        command, env = self.command_of(job)
         result = self.spawn(command, folder, stage.name, stage.backend, env, stop, job.timeout)
         pause("stage-ended")
         written = _result_json(folder / "stages" / stage.name)
@@ -140,6 +130,21 @@ class LocalExecutor:
         if result.status is Status.OK:
             return replace(result, **_result_fields(written or {}))
         return last_words(result, folder)
+
+    def command_of(self, job: StageJob) -> tuple[list[str], dict[str, str]]:
+        """The stage's command line and environment."""
+        stage, folder = job.stage, job.folder
+        args = ["--stage", stage.name, "--workdir", "stages"]
+        args += ["--xla-device", self.options.xla_device]
+        env = job.env(self.options.xla_device)
+        if job.python:  # another environment's python: none of this one's packages
+            env.pop("PYTHONPATH", None)
+        if self.options.dump_hlo and stage.backend.startswith("xla"):
+            env |= {
+                "XLA_SAVE_TENSORS_FMT": "hlo",  # torch_xla writes every graph it syncs
+                "XLA_SAVE_TENSORS_FILE": str(folder / "stages" / stage.name / "graphs.hlo"),
+            }
+        return self._script(args, job.python), env
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
         """The script's stage DAG: its STAGES literal, else what ``--list-stages`` prints;

@@ -49,7 +49,7 @@ from reprokit.runner import signals
 from reprokit.runner.dag import parse_python
 from reprokit.runner.options import Options
 from reprokit.runner.procs import Ended, supervise
-from reprokit.runner.stage import LIST_STAGES, WARM, Launch, LocalExecutor, cold
+from reprokit.runner.stage import LIST_STAGES, WARM, Launch, LocalExecutor, StageJob, cold
 from reprokit.runner.watchdog import WATCHDOG
 
 SERVER = Path(__file__).with_name("warm_server.py")
@@ -110,6 +110,21 @@ class WarmExecutor(LocalExecutor):
             return replace(ended, status=Status.INTERRUPTED), WARM
         _clear_outputs(how.logs[0].parent, how.logs)
         return self._cold(how, stop, "the warm server died during the stage: re-run cold")
+
+    def waits(self, job: StageJob) -> bool:
+        """Whether ``job`` would now wait for a warm server that another stage is starting
+        (seconds of imports): the scheduler gives its slot to other work meanwhile."""
+        if not self.options.warm:
+            return False
+        command, env = self.command_of(job)
+        stage = job.stage
+        how = Launch(command, stage.name, stage.backend, env, job.folder, [], 0.0)
+        if _cold_because(how, self.options.xla_device) is not None:
+            return False
+        key = _Key(how.command[0], _preload(how), _key_env(how.env))
+        with self._lock:
+            gate = self._starting.get(key)
+            return gate is not None and gate.locked() and key not in self._servers
 
     def close(self) -> None:
         """Stop every server (each kills what it still runs)."""

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import shutil
 import threading
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reprokit.comparison.verdict import verdict
-from reprokit.errors import ReprokitError
+from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.cases import find_cases, load_case
 from reprokit.generate.variants import Variant, variant_of
 from reprokit.records import (
@@ -35,6 +36,7 @@ from reprokit.runner.prepare import CASE_FILE
 from reprokit.runner.stage import LocalExecutor, StagesUnlisted
 
 SAME_RELEASE = ("torch", "torch_xla")  # runs made with other releases are not merged
+REDUCED = "tensors.json"  # a stage's recorded operations left out (comparison/retention.py)
 
 
 @dataclass(frozen=True)
@@ -123,14 +125,19 @@ def _merge_variant(
     shutil.copytree(having[0].folder / label, folder, ignore=shutil.ignore_patterns("stages"))
     stages = _stages(folder)
     chosen: dict[str, StageResult] = {}
+    reduced = []
     for stage in stages:
         run, result = _ran(stage.name, label, having)
         chosen[stage.name] = result
         source = run.folder / label / "stages" / stage.name
         if source.is_dir():
             shutil.copytree(source, folder / "stages" / stage.name)
+            if (source / REDUCED).is_file():
+                reduced.append(stage.name)
         if result.status is not Status.SKIPPED:
             given[run.folder].add(stage.name)
+    if reduced:
+        _warn_reduced(label, reduced)
     recorded = having[0].variant(label)
     assert recorded is not None
     device = next(
@@ -140,6 +147,18 @@ def _merge_variant(
     variant = _variant(recorded, having, cases, templates)
     found = verdict(variant, stages, chosen, folder, seconds, xla_device=device)
     return replace(found, label=label, variant=recorded.variant, changed=recorded.changed)
+
+
+def _warn_reduced(label: str, stages: list[str]) -> None:
+    """Stages judged in their own run kept only some recorded operations
+    (comparison/retention.py): the merged comparisons cover those alone."""
+    warnings.warn(
+        f"variant {label}: {', '.join(stages)} kept only some of their recorded operations once "
+        "judged in their own run, so the merged comparisons cover those alone. To merge them "
+        "all, run with --keep-tensors (or run each machine's stages alone, with --stages).",
+        ReprokitWarning,
+        stacklevel=3,
+    )
 
 
 def _ran(name: str, label: str, runs: list[_Run]) -> tuple[_Run, StageResult]:

@@ -410,3 +410,60 @@ def test_the_scheduler_leaves_backends_and_devices_to_an_executor_that_finds_the
     if missing:
         assert gpu.status is Status.SKIPPED and gpu.reason == missing
         assert sorted(job.stage.name for job in here.jobs) == ["tpu0", "tpu1"]
+
+
+class Warming:
+    """An executor whose XLA stages all need one warm server, which the first of them starts
+    (it is ready once every CPU stage has run, or after ``patience`` seconds); it notes the
+    order the stages started in."""
+
+    capabilities = Capabilities(local_backends=False, exclusive_devices=False)
+
+    def __init__(self, cpu_stages: int, patience: float = 10.0) -> None:
+        self.lister = LocalExecutor(Options())
+        self.cpu_stages, self.patience = cpu_stages, patience
+        self.started: list[str] = []
+        self.lock, self.ready = threading.Lock(), threading.Event()
+        self.starting = self.waited_out = False
+
+    def list_stages(self, folder: Path, stop: threading.Event):
+        return self.lister.list_stages(folder, stop)
+
+    def waits(self, job: StageJob) -> bool:
+        return job.stage.backend == "xla" and self.starting and not self.ready.is_set()
+
+    def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
+        with self.lock:
+            self.started.append(f"{job.folder.name}/{job.stage.name}")
+            cpu_done = sum(s.endswith("/cpu") for s in self.started) == self.cpu_stages
+            first = job.stage.backend == "xla" and not self.starting
+            self.starting = self.starting or first
+        if job.stage.backend == "cpu" and cpu_done:
+            self.ready.set()
+        if job.stage.backend == "xla":  # the first starts the server, the others wait for it
+            self.waited_out = self.waited_out or not self.ready.wait(self.patience)
+        return StageResult(job.stage.name, job.stage.backend, Status.OK, 0, started="warm")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_stage_waiting_for_its_warm_server_leaves_its_slot_to_other_work(tmp_path):
+    """While the first XLA stage starts the XLA server, the other slot runs every CPU stage,
+    of the next variants too, instead of waiting on the same import (-n 2 on two cores)."""
+    template = tmp_path / "templates/warming.py.j2"
+    template.parent.mkdir()
+    template.write_text(
+        'STAGES = [{"name": "xla", "backend": "xla"}, {"name": "cpu", "backend": "cpu"}]\n'
+    )
+    cases = []
+    for name in ("a", "b", "c"):
+        cases.append(tmp_path / f"{name}.toml")
+        cases[-1].write_text(f'[case]\ntitle = "{name}"\ntemplate = "warming"\n')
+    variants = load_variants([str(c) for c in cases], templates=[template.parent])
+    options = Options(jobs=2, cache=False, templates=(template.parent,))
+    warming = Warming(cpu_stages=3)
+    run(variants, run_dir=tmp_path / "run", options=options, executor=warming)
+    assert warming.started[:4] == ["a/xla", "a/cpu", "b/cpu", "c/cpu"]
+    assert sorted(warming.started[4:]) == ["b/xla", "c/xla"]
+    assert not warming.waited_out  # the CPU stages ran meanwhile: none waited the import out

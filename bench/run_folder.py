@@ -1,0 +1,75 @@
+"""The run folder of a captured program, every operation recorded: reduced once judged (the
+default) vs every tensor kept (--keep-tensors) vs outputs only, side by side.
+
+    .venv/bin/python bench/run_folder.py [--layers 6] [--batch 2] [--seq 128]
+
+Captures the 6-layer nn.TransformerEncoder of bench/capture.py, writes two cases of it
+(``nodes = "all"`` and ``nodes = "outputs"``) and runs them with ``reprokit run`` into one
+fresh results cache: ``all`` reduced, ``all`` again with --keep-tensors (its stages reused
+from the cache: what the run folder held before tensors were reduced), ``outputs``. Prints
+each run folder's size (every regular file: scripts, the program's copy, every stage's files),
+the ratios to the kept one (goal: at most 0.1), and that the verdicts and first divergences
+agree. The peak memory and time of each stage are bench/capture.py's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from capture import encoder, folder_size  # bench/capture.py, beside this file
+
+from reprokit.tools.capture import capture
+
+
+def run(case: Path, run_dir: Path, env: dict[str, str], *extra: str) -> tuple[float, dict]:
+    """``reprokit run CASE``: its seconds, and what its summary says of the variant."""
+    command = [sys.executable, "-m", "reprokit", "run", str(case), "-o", str(run_dir), *extra]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        sys.exit(f"reprokit run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    (variant,) = json.loads((run_dir / "summary.json").read_text())["variants"]
+    return seconds, variant
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=128)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
+        env = {**os.environ, "REPROKIT_CACHE": str(Path(tmp) / "cache")}
+        model, inputs = encoder(args.layers, args.batch, args.seq)
+        case = capture(model, inputs, name="encoder", out_dir=tmp)
+        outputs = case.with_name("encoder_outputs.toml")  # the same case, outputs only
+        outputs.write_text(case.read_text().replace("[params]", '[params]\nnodes = "outputs"', 1))
+        rows = {
+            "all, reduced": run(case, Path(tmp) / "reduced", env),
+            "all, kept": run(case, Path(tmp) / "kept", env, "--keep-tensors"),
+            "outputs only": run(outputs, Path(tmp) / "outputs", env),
+        }
+        sizes = {name: folder_size(Path(tmp) / folder) for name, folder in
+                 zip(rows, ("reduced", "kept", "outputs"), strict=True)}  # fmt: skip
+        print(f"6-layer encoder ({args.layers} layers, batch {args.batch}, seq {args.seq}):")
+        for name, (seconds, variant) in rows.items():
+            ratio = sizes[name] / sizes["all, kept"]
+            print(f"  {name:<14}{sizes[name] / 2**20:9.1f} MiB  ratio {ratio:.3f}  "
+                  f"{seconds:6.1f} s  {variant['outcome']}, first divergence "
+                  f"{variant['first_divergence']}")  # fmt: skip
+        same = [rows[n][1][k] for n in ("all, reduced", "all, kept") for k in
+                ("outcome", "first_divergence", "comparisons")]  # fmt: skip
+        print(f"  reduced and kept agree (outcome, first divergence, comparisons): "
+              f"{same[:3] == same[3:]}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
