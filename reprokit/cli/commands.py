@@ -218,13 +218,28 @@ def capture_(
     random_inputs: Annotated[
         bool, typer.Option("--random-inputs", help="keep only shapes, dtypes and a seed")
     ] = False,
+    train: Annotated[
+        bool, typer.Option("--train", help="a training step: forward returns the loss first")
+    ] = False,
 ) -> None:
     """Your own model: export it with torch.export into NAME.pt2 and a case, NAME.toml, that
-    runs every operation on CPU and XLA and judges XLA against float64."""
-    from reprokit.tools.capture import command  # torch: only for this command
-
+    runs every operation on CPU and XLA and judges XLA against float64. --train: the loss and
+    every gradient, as one joint forward-and-backward graph (--set steps=3 optimizer=adam)."""
+    command = _capture_command(train)
     case = command(
         spec, name=name, out_dir=output, state_dict=state_dict, random_inputs=random_inputs
     )
     out.print(f"wrote {case} and {case.with_suffix('.pt2')}", highlight=False)
     out.print(f"next: reprokit run {case} && reprokit report RUN_DIR", highlight=False)
+
+
+def _capture_command(train: bool) -> Any:
+    """The capture tool's command: the forward program's, or with --train the training
+    step's (reprokit.tools.train). torch is imported only for this command."""
+    if train:
+        from reprokit.tools.train import command as capture_training
+
+        return capture_training
+    from reprokit.tools.capture import command
+
+    return command

@@ -13,8 +13,9 @@ torch 2.9 traces the joint graph twice, and the second trace drops where each op
 from; the first trace keeps it (the user's line, and autograd's sequence number that ties a
 backward operation to the forward one it differentiates). ``_first_trace`` keeps that trace
 aside, and ``_provenance`` copies its stack traces onto the final graph's operations of the
-same name and target and writes, as the archive's extra file ``joint.json``, each operation's
-pass (``fwd`` or ``bwd``) and the forward operation each backward one comes from.
+same name and target, and marks each operation (``node.meta["custom"]["reprokit"]``, which
+torch.export saves as JSON): its pass (``fwd`` or ``bwd``), its index among the operations,
+and for a backward one the index of the forward operation it comes from.
 
 The archive is written with ``torch.export.save`` (a joint program round-trips) and checked as
 :mod:`reprokit.tools.program_file` checks every capture: plain data, no pickles. Refused, in one
@@ -25,6 +26,8 @@ operations (dropout), a loss that is not a scalar.
 from __future__ import annotations
 
 import json
+import operator
+import re
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,7 +52,6 @@ if TYPE_CHECKING:
     import torch
 
 TEMPLATE = "training_program"
-JOINT = "joint.json"  # the extra file: each operation's pass and the forward one it comes from
 
 
 def capture_training(
@@ -79,9 +81,9 @@ def capture_training(
     _refuse_in_place_inputs(program, type(module).__name__)
     program = loss_only(program, type(module).__name__)
     _refuse_untrainable(program, type(module).__name__)
-    joint, passes = joint_program(program, type(module).__name__)
+    joint, _ = joint_program(program, type(module).__name__)
     joint.example_inputs = None  # else torch.export.load would unpickle them
-    extra = {INPUTS: json.dumps(inputs), JOINT: json.dumps(passes)}
+    extra = {INPUTS: json.dumps(inputs)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with _staged(out / f"{name}.toml") as case, _staged(out / f"{name}.pt2") as pt2:
@@ -256,7 +258,16 @@ def _provenance(joint: Any, first: Any) -> dict[str, Any]:
             pending.extend(node.all_input_nodes)
     ops = [n for n in graph.nodes if n.op == "call_function"]
     passes = {n.name: "fwd" if n.name in forward else "bwd" for n in ops}
+    for node in ops:  # a forward op's other results (layer norm's mean, rstd) are forward too
+        if node.target is operator.getitem and node.args[0].name in passes:
+            passes[node.name] = passes[node.args[0].name]
     origins = _origins(ops, first) if first is not None else {}
+    index = {n.name: i for i, n in enumerate(ops)}
+    for node in ops:  # node.meta["custom"] is saved as JSON with the program, names are not
+        mark = {"pass": passes[node.name], "op": index[node.name]}
+        if node.name in origins:
+            mark["forward"] = index[origins[node.name]]
+        node.meta["custom"] = {**node.meta.get("custom", {}), "reprokit": mark}
     return {"passes": passes, "forward_of": origins}
 
 
@@ -277,12 +288,20 @@ def _origins(ops: list[Any], first: Any) -> dict[str, str]:
         origin = None if own else by_seq.get(twin.meta.get("seq_nr"))
         if origin is not None:
             origins[node.name] = origin.name
-        source = own and twin or origin
-        if twin.meta.get("stack_trace") or source is not None and source.meta.get("stack_trace"):
-            node.meta["stack_trace"] = twin.meta.get("stack_trace") or source.meta["stack_trace"]
+        source = twin if own else origin
+        trace = _user_trace(twin) or (_user_trace(source) if source is not None else None)
+        if trace:
+            node.meta["stack_trace"] = trace
         if source is not None:
             node.meta["nn_module_stack"] = source.meta["nn_module_stack"]
     return origins
+
+
+def _user_trace(node: Any) -> str | None:
+    """A node's stack trace, unless it only names code torch generated (``<eval_with_key>``:
+    the tangent autograd starts from, a view aot_autograd adds)."""
+    trace = node.meta.get("stack_trace") or ""
+    return trace if re.search(r'File "(?!<eval_with_key>)', trace) else None
 
 
 def _loads_back(path: Path) -> None:
