@@ -337,7 +337,7 @@ def _case_text(module: Any, name: str, random_inputs: bool) -> str:
         f'template = "{TEMPLATE}"\n'
         f"description = {json.dumps(description)}\n\n"
         f'[params]\nprogram = "{name}.pt2"  # relative to this file\n'
-        "# steps = 3  # optimizer = \"adam\"  # lr = 1e-3: several steps, parameters compared\n\n"
+        '# steps = 3  # optimizer = "adam"  # lr = 1e-3: several steps, parameters compared\n\n'
         "[compare]\nmethod = \"fp64\"  # XLA's error against float64, relative to CPU's\n\n"
         '[expect]\noutcome = "match"\n'
     )

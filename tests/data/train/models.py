@@ -96,3 +96,24 @@ def in_place():
 def logits():
     """Returns logits, not a loss."""
     return nn.Linear(4, 4), (torch.randn(3, 4),)
+
+
+class Block(nn.Module):
+    """A transformer encoder block (attention, LayerNorm, a GELU MLP) and a regression head:
+    agrees in float32."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.TransformerEncoderLayer(
+            16, 2, 32, dropout=0.0, activation="gelu", batch_first=True
+        )
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        prediction = self.head(self.block(x)).squeeze(-1)
+        return {"loss": F.mse_loss(prediction, y), "prediction": prediction}
+
+
+def block():
+    torch.manual_seed(0)
+    return Block(), (torch.randn(8, 6, 16), torch.randn(8, 6))
