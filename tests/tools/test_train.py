@@ -78,7 +78,7 @@ def test_elu_gradient_first_differs_at_its_backward_op(elu_run):
     reprokit.report(run_dir)
     body = (run_dir / "report.md").read_text()
     assert f"{first} is the first to differ" in body
-    assert re.search(r"`aten\.elu_backward\.default` \(16x32\) in `act`, from `\S*models\.py:"
+    assert re.search(r"`aten\.elu_backward\.default` \(16x32\) in `act` from `\S*models\.py:"
                      r"\d+: out = self\.fc2\(self\.act\(self\.fc1\(x\)\)\)`", body)  # fmt: skip
 
 
@@ -103,28 +103,49 @@ def test_fault_in_a_backward_op_is_the_first_divergence(captured, tmp_path):
     """A test-owned fault (perturb_node) in the backward of the block's second LayerNorm:
     the first to differ, named as backward, every forward op agreeing."""
     case = captured["block"]
-    fault = next(n for n in _names(case, tmp_path) if n.endswith(".bwd.native_layer_norm_backward"))
+    names = _script(case, tmp_path).prepare(torch.device("cpu"), None)[2]
+    fault = next(n for n in names if n.endswith(".bwd.native_layer_norm_backward"))
     result = run_case(case, tmp_path / "run", spmd=False, perturb_node=fault)
     assert result.outcome.value == "mismatch" and result.first_divergence == {"xla": fault}
     judged = [c for c in result.comparisons if c.target == "xla"]
     assert all(c.allclose for c in judged if ".fwd." in c.tensor)
 
 
-def _names(case: Path, tmp_path: Path) -> list[str]:
-    """The names the training script gives the block's results, from its own prepare()."""
+def _script(case: Path, tmp_path: Path, **params):
+    """The case's rendered training script, imported (to call its functions here)."""
     import importlib.util
 
     from reprokit.generate.render import render
 
-    (variant,) = variants(load_case(case), {})
+    (variant,) = variants(load_case(case), params)
     folder = tmp_path / "names"
     folder.mkdir()
     variant.copy_files(folder)
     (folder / "repro.py").write_text(render(variant), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("training_names", folder / "repro.py")
+    spec = importlib.util.spec_from_file_location(f"training_{id(folder)}", folder / "repro.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    return script.prepare(torch.device("cpu"), None)[2]
+    return script
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_the_scripts_optimizer_is_torch_optims_update(captured, tmp_path, optimizer):
+    """The update written as tensor math agrees with torch.optim's own, step by step (to
+    float32 rounding: torch.optim lerps and keeps its bias corrections in float64)."""
+    script = _script(captured["elu"], tmp_path, optimizer=optimizer, lr=0.05)
+    torch.manual_seed(0)
+    mine = {"w": torch.randn(4, 3), "b": torch.randn(3)}
+    theirs = {k: torch.nn.Parameter(v.clone()) for k, v in mine.items()}
+    kind = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[optimizer]
+    reference, state = kind(theirs.values(), lr=0.05, foreach=False), {}
+    for _ in range(3):
+        grads = {k: torch.randn_like(v) for k, v in mine.items()}
+        for k, p in theirs.items():
+            p.grad = grads[k].clone()
+        reference.step()
+        mine = script.update(mine, grads, state)
+        for k, p in theirs.items():
+            torch.testing.assert_close(mine[k], p.detach(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -155,3 +176,19 @@ def test_cli_capture_train_writes_the_case_or_refuses_with_exit_2(cli, tmp_path)
     assert torch.export.load(tmp_path / "mine.pt2").graph_signature.output_specs[0].kind.name == (
         "LOSS_OUTPUT"
     )
+
+
+def test_empty_dim_reductions_are_written_out_as_every_dim(captured, tmp_path):
+    """torch_xla 2.9 returns sum(x, dim=[]) unreduced (torch: every dim); the script rewrites
+    such reductions before any backend runs them, and notes it."""
+    script = _script(captured["elu"], tmp_path)
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(16, 4)
+    total = graph.call_function(torch.ops.aten.sum.dim_IntList, (x, []))
+    kept = graph.call_function(torch.ops.aten.sum.dim_IntList, (x, [0]))
+    graph.output((total, kept))
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    script.portable(module, torch.device("cpu"))
+    assert total.args == (x, [0, 1]) and total.meta["empty_dims"]
+    assert kept.args == (x, [0]) and "empty_dims" not in kept.meta
