@@ -80,8 +80,8 @@ def capture_training(
     inputs = _inputs_record(program, args, kwargs or {}, random_inputs)
     _refuse_in_place_inputs(program, type(module).__name__)
     program = loss_only(program, type(module).__name__)
-    _refuse_untrainable(program, type(module).__name__)
-    joint, _ = joint_program(program, type(module).__name__)
+    _refuse_untrainable(program, module)
+    joint = joint_program(program, type(module).__name__)
     joint.example_inputs = None  # else torch.export.load would unpickle them
     extra = {INPUTS: json.dumps(inputs)}
     out = Path(out_dir)
@@ -166,16 +166,19 @@ def loss_only(program: Any, kind: str) -> Any:
     )  # fmt: skip
 
 
-def _refuse_untrainable(program: Any, kind: str) -> None:
-    """Parameters the loss does not use get no gradient (torch asserts), and a random operation
-    draws differently on each backend: both refused in one line."""
+def _refuse_untrainable(program: Any, module: Any) -> None:
+    """Trainable parameters the loss does not use get no gradient (torch asserts), and a random
+    operation draws differently on each backend: both refused in one line."""
     from torch.export.graph_signature import InputKind
 
+    kind = type(module).__name__
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     unused = [
         s.target
         for s in program.graph_signature.input_specs
-        if s.kind == InputKind.PARAMETER and not placeholders[s.arg.name].users
+        if s.kind == InputKind.PARAMETER
+        and not placeholders[s.arg.name].users
+        and module.get_parameter(s.target).requires_grad
     ]
     if unused:
         raise ReprokitError(
@@ -193,7 +196,7 @@ def _refuse_untrainable(program: Any, kind: str) -> None:
         )
 
 
-def joint_program(program: Any, kind: str) -> tuple[Any, dict[str, Any]]:
+def joint_program(program: Any, kind: str) -> Any:
     """The joint forward-and-backward program, its original backward operations kept, and
     each operation's pass and origin (the module docstring)."""
     from torch.export.experimental import _decompose_exported_program
@@ -214,7 +217,8 @@ def joint_program(program: Any, kind: str) -> tuple[Any, dict[str, Any]]:
             hint="Capture a smaller part of the model (a submodule and a loss on its output), "
             "or check that every parameter reaches the loss.",
         ) from None
-    return joint, _provenance(joint, traces[-1] if traces else None)
+    _provenance(joint, traces[-1] if traces else None)
+    return joint
 
 
 @contextmanager
@@ -240,7 +244,7 @@ def _first_trace(found: list[Any]) -> Iterator[None]:
         graph_capture._create_graph = original
 
 
-def _provenance(joint: Any, first: Any) -> dict[str, Any]:
+def _provenance(joint: Any, first: Any) -> None:
     """Each operation's pass (``fwd``: the loss or a kept output depends on it; ``bwd``: the
     rest), and from the first trace, its stack trace and the forward operation a backward one
     differentiates (autograd's sequence number, as torch's copy_fwd_metadata_to_bw_nodes)."""
@@ -268,7 +272,6 @@ def _provenance(joint: Any, first: Any) -> dict[str, Any]:
         if node.name in origins:
             mark["forward"] = index[origins[node.name]]
         node.meta["custom"] = {**node.meta.get("custom", {}), "reprokit": mark}
-    return {"passes": passes, "forward_of": origins}
 
 
 def _origins(ops: list[Any], first: Any) -> dict[str, str]:

@@ -192,3 +192,12 @@ def test_empty_dim_reductions_are_written_out_as_every_dim(captured, tmp_path):
     script.portable(module, torch.device("cpu"))
     assert total.args == (x, [0, 1]) and total.meta["empty_dims"]
     assert kept.args == (x, [0]) and "empty_dims" not in kept.meta
+
+
+def test_frozen_parameters_are_captured_without_gradients(tmp_path):
+    """requires_grad_(False) is the way out of the unused-parameter refusal: what is frozen
+    gets no gradient (and the script leaves it as it is)."""
+    case = command(f"{MODELS}:frozen", out_dir=tmp_path)
+    program = torch.export.load(case.with_suffix(".pt2"))
+    grads = [s.target for s in program.graph_signature.output_specs if s.kind.name != "LOSS_OUTPUT"]
+    assert grads == ["fc1.weight", "fc1.bias"]

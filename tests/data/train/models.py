@@ -117,3 +117,11 @@ class Block(nn.Module):
 def block():
     torch.manual_seed(0)
     return Block(), (torch.randn(8, 6, 16), torch.randn(8, 6))
+
+
+def frozen():
+    """The unused model with fc2 and the spare layer frozen: fc1 alone gets gradients."""
+    model, batch = unused()
+    for parameter in [*model.fc2.parameters(), *model.spare.parameters()]:
+        parameter.requires_grad_(False)
+    return model, batch
