@@ -7,6 +7,7 @@ per module, and each run serves every assertion made on it.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -80,6 +81,21 @@ def test_elu_gradient_first_differs_at_its_backward_op(elu_run):
     assert f"{first} is the first to differ" in body
     assert re.search(r"`aten\.elu_backward\.default` \(16x32\) in `act` from `\S*models\.py:"
                      r"\d+: out = self\.fc2\(self\.act\(self\.fc1\(x\)\)\)`", body)  # fmt: skip
+
+
+def test_minimize_shrinks_the_elu_step_to_its_backward_op(cli, captured, tmp_path, monkeypatch):
+    """`reprokit minimize` on a training capture: the joint graph truncated at the first
+    diverging op and shrunk to the ELU backward alone, whose short repro still diverges."""
+    monkeypatch.setenv("REPROKIT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "minimized"
+    result = cli("minimize", captured["elu"], "--set", "spmd=false", "-n", "2", "--budget", "12",
+                 "-o", out)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "summary.json").read_text())["run"]["minimized"]
+    assert record["target"] == "mismatch (node.#.bwd.elu_backward)"
+    assert record["graph"]["nodes"][1] <= 5, record["graph"]
+    repro = (out / "repro.py").read_text()
+    assert "torch.ops.aten.elu_backward.default(" in repro
 
 
 def test_transformer_block_matches_over_three_adam_steps(captured, tmp_path):
