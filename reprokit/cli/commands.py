@@ -21,7 +21,7 @@ from reprokit.cli.app import (
     out,
     reports_errors,
 )
-from reprokit.errors import ExitCode
+from reprokit.errors import ExitCode, ReprokitError
 from reprokit.generate.cases import find_cases, load_case
 from reprokit.generate.selection import case_or_template, load_variant
 from reprokit.generate.templates import list_templates
@@ -235,15 +235,18 @@ def capture_(
     ] = False,
     config: ConfigOpt = None,
     shape: ShapeOpt = None,
+    train: Annotated[
+        bool, typer.Option("--train", help="a training step: forward returns the loss first")
+    ] = False,
 ) -> None:
     """Your own model: export it with torch.export into NAME.pt2 and a case, NAME.toml, that
     runs every operation on CPU and XLA and judges XLA against float64. A named model
-    (ZOO:MODEL) is built with random weights and inputs made for its family."""
+    (ZOO:MODEL) is built with random weights and inputs made for its family. --train: the loss
+    and every gradient, as one joint forward-and-backward graph (--set steps=3 optimizer=adam)."""
     if _is_named(spec):
-        case = _capture_named(spec, name, output, state_dict, config or [], shape)
+        case = _capture_named(spec, name, output, state_dict, config or [], shape, train)
     else:
-        from reprokit.tools.capture import command  # torch: only for this command
-
+        command = _capture_command(train)
         case = command(
             spec, name=name, out_dir=output, state_dict=state_dict, random_inputs=random_inputs
         )
@@ -259,9 +262,27 @@ def _is_named(spec: str) -> bool:
 
 def _capture_named(
     spec: str, name: str | None, output: Path, state_dict: Path | None, config: list[str],
-    shape: str | None,
+    shape: str | None, train: bool,
 ) -> Path:  # fmt: skip
     from reprokit.tools import zoo
 
+    if train:
+        raise ReprokitError(
+            f"--train is for your own FILE.py:FUNCTION, not a named model ({spec})",
+            hint="Write a FUNCTION that returns the model with its loss (see README, "
+            "'Your own training step').",
+        )
     named = zoo.parse(spec, parse_sets(config), zoo.parse_shape(shape))
     return zoo.capture_named(named, name=name, out_dir=output, state_dict=state_dict)
+
+
+def _capture_command(train: bool) -> Any:
+    """The capture tool's command: the forward program's, or with --train the training
+    step's (reprokit.tools.train). torch is imported only for this command."""
+    if train:
+        from reprokit.tools.train import command as capture_training
+
+        return capture_training
+    from reprokit.tools.capture import command
+
+    return command

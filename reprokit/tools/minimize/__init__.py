@@ -15,11 +15,12 @@ def minimize(
     variant: Variant, *, out_dir: Path, options: Options | None = None, budget: int = 40
 ) -> MinimizeResult:
     """Shrink ``variant`` with the strategy its template calls for: a captured program
-    (template exported_program) to its fewest operations, then its parameters; any other
-    case by its parameters. Writes the minimal case, script and summary.json into out_dir."""
+    (template exported_program or training_program) to its fewest operations, then its
+    parameters; any other case by its parameters. Writes the minimal case, script and
+    summary.json into out_dir."""
     # Imported here: the strategies import this package's modules, and it must stay light.
     from reprokit.tools.minimize import graph, params
 
-    if variant.template.name == graph.TEMPLATE:
+    if variant.template.name in graph.TEMPLATES:
         return graph.minimize_graph(variant, out_dir=out_dir, options=options, budget=budget)
     return params.minimize(variant, out_dir=out_dir, options=options, budget=budget)

@@ -49,8 +49,12 @@ from reprokit.tools.minimize.search import (
 from reprokit.tools.minimize.target import Target
 
 TEMPLATE = "exported_program"
+# A training capture's joint graph is a program of the same kind: its candidates are subgraphs
+# of forward and backward operations, run by the training template (no gradients left to it:
+# one step of the graph as it is).
+TEMPLATES = (TEMPLATE, "training_program")
 
-__all__ = ["TEMPLATE", "minimize_graph"]
+__all__ = ["TEMPLATE", "TEMPLATES", "minimize_graph"]
 
 
 def minimize_graph(
@@ -64,7 +68,7 @@ def minimize_graph(
 ) -> MinimizeResult:
     """Shrink the program of an ``exported_program`` variant, then its parameters.
     ``truncate=False`` leaves out the first strategy (bench/minimize_graph.py compares)."""
-    if variant.template.name != TEMPLATE:
+    if variant.template.name not in TEMPLATES:
         raise ReprokitError(
             f"{variant.case.name} does not run a captured program", variant.case.path
         )

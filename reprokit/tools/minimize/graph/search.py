@@ -27,7 +27,7 @@ from reprokit.tools.minimize.ddmin import ddmin
 from reprokit.tools.minimize.graph.program import Original, State
 from reprokit.tools.minimize.search import Search, Strategy, candidate
 
-_NODE = re.compile(r"node\.(\d+)\.\w+")
+_NODE = re.compile(r"node\.(\d+)\.[\w.]+")  # node.0012.layer_norm, node.0016.bwd.elu_backward
 
 
 @dataclass

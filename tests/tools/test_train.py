@@ -1,0 +1,219 @@
+"""Training capture: a model's loss and gradients as one joint program, run for real on XLA:CPU.
+
+The models are tests/data/train/models.py. Capturing costs seconds (torch.export, the joint
+trace), running a case tens of seconds (a process per stage), so each model is captured once
+per module, and each run serves every assertion made on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+import reprokit
+from reprokit.errors import ReprokitError
+from reprokit.generate.cases import load_case
+from reprokit.generate.variants import variants
+from reprokit.tools.train import command
+
+MODELS = Path(__file__).parents[1] / "data" / "train" / "models.py"
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> dict[str, Path]:
+    """The ELU regression and the transformer block captured once: name -> case file."""
+    out = tmp_path_factory.mktemp("captured")
+    return {name: command(f"{MODELS}:{name}", out_dir=out) for name in ("elu", "block")}
+
+
+def run_case(case: Path, run_dir: Path, **params):
+    """The case run by reprokit, as `reprokit run` runs it; its one variant's result."""
+    (variant,) = variants(load_case(case), params)
+    summary = reprokit.run([variant], run_dir=run_dir, options=reprokit.Options(jobs=2))
+    return summary.variants[0]
+
+
+@pytest.fixture(scope="module")
+def elu_run(captured, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("elu") / "run"
+    return run_case(captured["elu"], run_dir, spmd=False), run_dir
+
+
+def test_the_joint_program_keeps_the_backward_operations_autograd_runs(captured):
+    """elu_backward, not the core-aten rewrite into where/exp/mul that hides XLA's bug; each
+    op marked with its pass, a backward op with the forward op it differentiates."""
+    program = torch.export.load(captured["elu"].with_suffix(".pt2"))
+    ops = {n.name: n for n in program.graph.nodes if n.op == "call_function"}
+    backward, forward = ops["elu_backward"], ops["elu"]
+    assert backward.target == torch.ops.aten.elu_backward.default
+    marks = {name: node.meta["custom"]["reprokit"] for name, node in ops.items()}
+    assert marks["elu"]["pass"] == "fwd" and marks["elu_backward"]["pass"] == "bwd"
+    assert marks["elu_backward"]["forward"] == marks["elu"]["op"]
+    assert re.search(r"models\.py\", line \d+, in forward", backward.meta["stack_trace"])
+    assert backward.meta["stack_trace"] == forward.meta["stack_trace"]  # the forward's line
+    kinds = [(s.kind.name, s.target) for s in program.graph_signature.output_specs]
+    assert kinds == [("LOSS_OUTPUT", None)] + [
+        ("GRADIENT_TO_PARAMETER", p) for p in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
+    ]  # the logits the model also returns are not outputs
+    spec = tomllib.loads(captured["elu"].read_text())
+    assert spec["case"]["template"] == "training_program"
+    assert spec["params"] == {"program": "elu.pt2"} and spec["compare"] == {"method": "fp64"}
+
+
+def test_elu_gradient_first_differs_at_its_backward_op(elu_run):
+    """XLA's ELU backward (torch_xla 2.9): forward and loss agree, fc1's gradient does not,
+    and the first to differ is the backward op, named as such, with the forward's line."""
+    result, run_dir = elu_run
+    assert result.outcome.value == "mismatch"
+    (first,) = result.first_divergence.values()
+    assert re.fullmatch(r"node\.\d{4}\.bwd\.elu_backward", first), first
+    judged = {c.tensor: c for c in result.comparisons if c.target == "xla"}
+    assert all(c.allclose for name, c in judged.items() if ".fwd." in name)
+    assert judged["loss"].allclose and judged["grad.fc2.weight"].allclose
+    assert not judged["grad.fc1.weight"].allclose and not judged["grad.fc1.bias"].allclose
+    reprokit.report(run_dir)
+    body = (run_dir / "report.md").read_text()
+    assert f"{first} is the first to differ" in body
+    assert re.search(r"`aten\.elu_backward\.default` \(16x32\) in `act` from `\S*models\.py:"
+                     r"\d+: out = self\.fc2\(self\.act\(self\.fc1\(x\)\)\)`", body)  # fmt: skip
+
+
+def test_minimize_shrinks_the_elu_step_to_its_backward_op(cli, captured, tmp_path, monkeypatch):
+    """`reprokit minimize` on a training capture: the joint graph truncated at the first
+    diverging op and shrunk to the ELU backward alone, whose short repro still diverges."""
+    monkeypatch.setenv("REPROKIT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "minimized"
+    result = cli("minimize", captured["elu"], "--set", "spmd=false", "-n", "2", "--budget", "12",
+                 "-o", out)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "summary.json").read_text())["run"]["minimized"]
+    assert record["target"] == "mismatch (node.#.bwd.elu_backward)"
+    assert record["graph"]["nodes"][1] <= 5, record["graph"]
+    repro = (out / "repro.py").read_text()
+    assert "torch.ops.aten.elu_backward.default(" in repro
+
+
+def test_transformer_block_matches_over_three_adam_steps(captured, tmp_path):
+    """Loss, every gradient, every step's loss and the parameters after the last step agree
+    in float32, on XLA and under SPMD with the batch sharded over 4 devices."""
+    result = run_case(captured["block"], tmp_path / "run", steps=3, optimizer="adam", lr=1e-3)
+    assert result.outcome.value == "match", result.first_divergence
+    for target in ("xla", "xla_spmd"):
+        names = [c.tensor for c in result.comparisons if c.target == target]
+        grads = [n for n in names if n.startswith("grad.")]
+        assert "grad.block.self_attn.in_proj_weight" in grads and len(grads) == 14
+        assert {"loss", "loss.step2", "loss.step3"} <= set(names)
+        assert sorted(n for n in names if n.startswith("param.")) == sorted(
+            "param." + g[len("grad.") :] for g in grads
+        )
+    saved = torch.load(next((tmp_path / "run").rglob("cpu/tensors.pt")), weights_only=True)
+    assert saved["loss.step3"] < saved["loss"]  # Adam did train
+
+
+def test_fault_in_a_backward_op_is_the_first_divergence(captured, tmp_path):
+    """A test-owned fault (perturb_node) in the backward of the block's second LayerNorm:
+    the first to differ, named as backward, every forward op agreeing."""
+    case = captured["block"]
+    names = _script(case, tmp_path).prepare(torch.device("cpu"), None)[2]
+    fault = next(n for n in names if n.endswith(".bwd.native_layer_norm_backward"))
+    result = run_case(case, tmp_path / "run", spmd=False, perturb_node=fault)
+    assert result.outcome.value == "mismatch" and result.first_divergence == {"xla": fault}
+    judged = [c for c in result.comparisons if c.target == "xla"]
+    assert all(c.allclose for c in judged if ".fwd." in c.tensor)
+
+
+def _script(case: Path, tmp_path: Path, **params):
+    """The case's rendered training script, imported (to call its functions here)."""
+    import importlib.util
+
+    from reprokit.generate.render import render
+
+    (variant,) = variants(load_case(case), params)
+    folder = tmp_path / "names"
+    folder.mkdir()
+    variant.copy_files(folder)
+    (folder / "repro.py").write_text(render(variant), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"training_{id(folder)}", folder / "repro.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_the_scripts_optimizer_is_torch_optims_update(captured, tmp_path, optimizer):
+    """The update written as tensor math agrees with torch.optim's own, step by step (to
+    float32 rounding: torch.optim lerps and keeps its bias corrections in float64)."""
+    script = _script(captured["elu"], tmp_path, optimizer=optimizer, lr=0.05)
+    torch.manual_seed(0)
+    mine = {"w": torch.randn(4, 3), "b": torch.randn(3)}
+    theirs = {k: torch.nn.Parameter(v.clone()) for k, v in mine.items()}
+    kind = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[optimizer]
+    reference, state = kind(theirs.values(), lr=0.05, foreach=False), {}
+    for _ in range(3):
+        grads = {k: torch.randn_like(v) for k, v in mine.items()}
+        for k, p in theirs.items():
+            p.grad = grads[k].clone()
+        reference.step()
+        mine = script.update(mine, grads, state)
+        for k, p in theirs.items():
+            torch.testing.assert_close(mine[k], p.detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("unused", "loss does not use the parameters spare.weight, spare.bias"),
+        ("tied", "embed.weight and head.weight are one tensor (tied weights)"),
+        ("dropout", "draws random numbers (aten.dropout.default)"),
+        ("in_place", "updates its input x in place (aten.mul_.Tensor)"),
+        ("logits", "must return the loss (a floating scalar) first, not a tensor of shape"),
+    ],
+)
+def test_what_a_training_step_cannot_hold_is_refused_in_one_line(tmp_path, model, expected):
+    with pytest.raises(ReprokitError) as error:
+        command(f"{MODELS}:{model}", out_dir=tmp_path)
+    assert expected in error.value.message and error.value.hint
+    assert "\n" not in error.value.message and not list(tmp_path.iterdir())
+
+
+def test_cli_capture_train_writes_the_case_or_refuses_with_exit_2(cli, tmp_path):
+    result = cli("capture", f"{MODELS}:tied", "--train", "-o", tmp_path)
+    assert result.exit_code == 2 and "tied weights" in result.output
+    assert "Traceback" not in result.output
+    result = cli("capture", f"{MODELS}:mlp", "--train", "--name", "mine", "-o", tmp_path)
+    assert result.exit_code == 0, result.output
+    spec = tomllib.loads((tmp_path / "mine.toml").read_text())
+    assert spec["case"]["template"] == "training_program"
+    assert torch.export.load(tmp_path / "mine.pt2").graph_signature.output_specs[0].kind.name == (
+        "LOSS_OUTPUT"
+    )
+
+
+def test_empty_dim_reductions_are_written_out_as_every_dim(captured, tmp_path):
+    """torch_xla 2.9 returns sum(x, dim=[]) unreduced (torch: every dim); the script rewrites
+    such reductions before any backend runs them, and notes it."""
+    script = _script(captured["elu"], tmp_path)
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(16, 4)
+    total = graph.call_function(torch.ops.aten.sum.dim_IntList, (x, []))
+    kept = graph.call_function(torch.ops.aten.sum.dim_IntList, (x, [0]))
+    graph.output((total, kept))
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    script.portable(module, torch.device("cpu"))
+    assert total.args == (x, [0, 1]) and total.meta["empty_dims"]
+    assert kept.args == (x, [0]) and "empty_dims" not in kept.meta
+
+
+def test_frozen_parameters_are_captured_without_gradients(tmp_path):
+    """requires_grad_(False) is the way out of the unused-parameter refusal: what is frozen
+    gets no gradient (and the script leaves it as it is)."""
+    case = command(f"{MODELS}:frozen", out_dir=tmp_path)
+    program = torch.export.load(case.with_suffix(".pt2"))
+    grads = [s.target for s in program.graph_signature.output_specs if s.kind.name != "LOSS_OUTPUT"]
+    assert grads == ["fc1.weight", "fc1.bias"]
