@@ -40,6 +40,9 @@ from reprokit.runner.run_options import build_options, environments
 JobsOpt = Annotated[str, typer.Option("-n", help="stages at once: N or auto (one per CPU)")]
 WrapHloOpt = run_option("dump_hlo", help="save XLA's graphs as HLO text")
 WrapTimeoutOpt = run_option("timeout", help="seconds it may run")
+TriageOpt = Annotated[bool, typer.Option(
+    "--triage", help="run each captured program's mismatch again at highest matmul precision "
+    "and in float32, and say whether it went away (docs/verdicts.md)")]  # fmt: skip
 
 
 def _passed(summary: RunSummary) -> ExitCode:
@@ -57,6 +60,7 @@ def run_(
     ] = None,
     set_: SetOpt = None,
     cases: CasesOpt = None,
+    triage: TriageOpt = False,
     **run_options: Any,
 ) -> None:
     """Render and run cases (all of them by default), in parallel; write RUN_DIR/summary.json.
@@ -82,14 +86,31 @@ def run_(
             summary = reprokit.run(
                 chosen, run_dir=run_dir, options=options, reporter=shown, argv=sys.argv,
                 announce=lambda line: err.print(line, highlight=False),  # an environment built
+                triage=triage,  # and a mismatch run again more precisely
             )  # fmt: skip
         signals.ignore()  # summary.json is whole and the exit code decided
     except reprokit.Interrupted as stopped:  # the first signal left the others ignored
         line = progress.closing_line(stopped.summary, run_dir, time.monotonic() - start)
         out.print(line, highlight=False)
         raise typer.Exit(ExitCode.INTERRUPTED) from None
+    for line in triage_lines(summary):
+        out.print(line, highlight=False)
     out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
     raise typer.Exit(_passed(summary))
+
+
+def triage_lines(summary: RunSummary) -> list[str]:
+    """``PASS  case  triage: the mismatch goes away in float32 (...)``, a line a triaged
+    variant, after the variants' own lines: their verdict, now with the triage."""
+    from reprokit.records import Triage
+
+    marks = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]SKIP[/]"}
+    return [
+        f"{marks[v.mark]}  {escape(v.label)}  triage: the mismatch {Triage(v.triage).said}"
+        + (f" (expected {v.expected_triage})" if v.expected_triage else "")
+        for v in summary.variants
+        if v.triage
+    ]
 
 
 @reports_errors

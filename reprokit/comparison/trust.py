@@ -48,8 +48,8 @@ def judged(stages: Iterable[Stage], comparisons: Iterable[Comparison]) -> list[C
     roles = {s.name: s.role for s in stages}
     faithful = {s.name: s.of for s in faithful_pairs(stages)}
     replaced = {(faithful[c.target], c.tensor) for c in comparisons if c.target in faithful}
-    return [c for c in comparisons
-            if roles.get(c.target) != ISOLATED and (c.target, c.tensor) not in replaced]  # fmt: skip
+    told = {name for name, role in roles.items() if role == ISOLATED}
+    return [c for c in comparisons if c.target not in told and (c.target, c.tensor) not in replaced]
 
 
 def accumulated(stages: Iterable[Stage], divergence: Mapping[str, str | None]) -> dict:

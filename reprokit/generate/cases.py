@@ -153,7 +153,8 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
     for key in combos["exclude"][0] if combos["exclude"] else ():
         if key not in matrix:
             where.fail("exclude", "matrix", f"[matrix] exclude names {key!r}, not a matrix axis")
-    expect = _outcome(sections["expect"], "expect", where) or Outcome.MATCH
+    expect_tables = sections["expect"]
+    expect = _outcome(expect_tables, "expect", where) or Outcome.MATCH
     expect_on = {d: _outcome(t, f"expect.{d}", where) for d, t in per_device.items()}
     return Case(
         name=path.stem,
@@ -167,8 +168,10 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         compare=_compare_settings(sections["compare"]),
         expect=expect,
         expect_on={d: o for d, o in expect_on.items() if o is not None},
-        observed=_per_table(sections["expect"], per_device, "observed"),
-        triage={k: Triage(v) for k, v in _per_table(sections["expect"], per_device, "triage").items()},
+        observed=_per_table(expect_tables, per_device, "observed"),
+        triage={
+            k: Triage(v) for k, v in _per_table(sections["expect"], per_device, "triage").items()
+        },
         timeout=float(info["timeout"]) if "timeout" in info else None,
         include=combos["include"],
         exclude=combos["exclude"],

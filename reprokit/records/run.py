@@ -150,7 +150,8 @@ class Triage(enum.StrEnum):
 _TRIAGE_SAID = {
     Triage.HIGHEST: "goes away at highest matmul precision",
     Triage.FLOAT32: "goes away in float32 (at highest matmul precision)",
-    Triage.PERSISTS: "persists at highest matmul precision (and in float32, had it a half type)",
+    Triage.PERSISTS: "persists at highest matmul precision (and in float32, had it run in a "
+    "half type)",
 }
 
 
