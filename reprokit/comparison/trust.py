@@ -53,9 +53,11 @@ def judged(stages: Iterable[Stage], comparisons: Iterable[Comparison]) -> list[C
 
 
 def accumulated(stages: Iterable[Stage], divergence: Mapping[str, str | None]) -> dict:
-    """The first divergence per target stage, isolated stages left out (see :func:`own`)."""
-    isolated = {s.name for s in stages if s.role == ISOLATED}
-    return {name: first for name, first in divergence.items() if name not in isolated}
+    """The first divergence per target stage, the stages with a role left out: it localises,
+    which the instrumented stage does (a faithful stage has only the outputs; an isolated
+    stage's is :func:`own`)."""
+    served = {s.name for s in stages if s.role is not None}
+    return {name: first for name, first in divergence.items() if name not in served}
 
 
 def own(stages: Iterable[Stage], divergence: Mapping[str, str | None]) -> dict:

@@ -22,8 +22,10 @@ def trust_lines(variant: VariantResult) -> tuple[Text, ...]:
             lines.append(f"Each operation alone on CPU's inputs: none of `{stage}`'s has an error"
                          " of its own beyond the bound; what differs is inherited.")  # fmt: skip
         else:
-            lines.append(f"Each operation alone on CPU's inputs: `{own}` is the first whose "
-                         f"own error is beyond the bound (the first accumulated: `{first}`).")  # fmt: skip
+            lines.append(
+                f"Each operation alone on CPU's inputs: `{own}` is the first whose own error "
+                f"is beyond the bound (the first accumulated: `{first}`)."
+            )
     return tuple(lines)
 
 

@@ -7,7 +7,7 @@ from torch import nn
 
 
 class MomentLayerNorm(nn.Module):
-    """A layer norm written as E[x²] − E[x]²: in float16, with inputs around 8, the variance is
+    """A layer norm written as E[x²] - E[x]²: in float16, with inputs around 8, the variance is
     a difference of two close numbers, and how XLA computes the E[x²] reduction (fused into
     the one graph, or split when E[x²] is an output of its own) shows in the result."""
 
