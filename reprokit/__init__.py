@@ -91,18 +91,18 @@ def compare(
 def run(
     variants: Iterable[Variant], *, run_dir: Path | str, options: Options | None = None,
     reporter: Reporter | None = None, argv: Iterable[str] = (), executor: Executor | None = None,
-    announce: Callable[[str], None] | None = None, triage: bool = False,
+    announce: Callable[[str], None] | None = None,
 ) -> RunSummary:  # fmt: skip
     """Run ``variants`` into ``run_dir`` (reprokit.runner.scheduler.run), then triage each
-    captured program's mismatch whose case asks for it, every one with ``triage``: run again
-    at highest matmul precision and in float32, and labelled (reprokit.tools.triage)."""
+    captured program's mismatch whose case asks for it, every one with ``options.triage``:
+    run again at highest matmul precision and in float32, and labelled (reprokit.tools.triage)."""
     from reprokit.tools.triage import triage_summary
 
     variants = list(variants)
     summary = run_variants(variants, run_dir=Path(run_dir), options=options, reporter=reporter,
                            argv=argv, executor=executor, announce=announce)  # fmt: skip
     return triage_summary(summary, variants, run_dir=Path(run_dir), options=options,
-                          every=triage, announce=announce)  # fmt: skip
+                          every=bool(options and options.triage), announce=announce)  # fmt: skip
 
 
 def minimize(

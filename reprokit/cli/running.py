@@ -40,9 +40,6 @@ from reprokit.runner.run_options import build_options, environments
 JobsOpt = Annotated[str, typer.Option("-n", help="stages at once: N or auto (one per CPU)")]
 WrapHloOpt = run_option("dump_hlo", help="save XLA's graphs as HLO text")
 WrapTimeoutOpt = run_option("timeout", help="seconds it may run")
-TriageOpt = Annotated[bool, typer.Option(
-    "--triage", help="run each captured program's mismatch again at highest matmul precision "
-    "and in float32, and say whether it went away (docs/verdicts.md)")]  # fmt: skip
 
 
 def _passed(summary: RunSummary) -> ExitCode:
@@ -60,7 +57,6 @@ def run_(
     ] = None,
     set_: SetOpt = None,
     cases: CasesOpt = None,
-    triage: TriageOpt = False,
     **run_options: Any,
 ) -> None:
     """Render and run cases (all of them by default), in parallel; write RUN_DIR/summary.json.
@@ -86,7 +82,6 @@ def run_(
             summary = reprokit.run(
                 chosen, run_dir=run_dir, options=options, reporter=shown, argv=sys.argv,
                 announce=lambda line: err.print(line, highlight=False),  # an environment built
-                triage=triage,  # and a mismatch run again more precisely
             )  # fmt: skip
         signals.ignore()  # summary.json is whole and the exit code decided
     except reprokit.Interrupted as stopped:  # the first signal left the others ignored

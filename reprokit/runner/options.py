@@ -32,6 +32,7 @@ class Options:
     ray_address: str | None = None  # the Ray cluster to join; None: ray.init()'s own choice
     shared_dir: Path | None = None  # a folder every Ray node sees: outputs there, not in objects
     stages: tuple[str, ...] = ()  # run only these stages (and what they need); () runs all
+    triage: bool = False  # each captured program's mismatch run again more precisely (triage.py)
 
 
 def jobs(value: str) -> int:

@@ -71,6 +71,8 @@ RUN_OPTIONS = (
               metavar="DIR"),
     RunOption("templates", Path, None, "a folder of your own templates (wins)", metavar="DIR",
               repeated=True),
+    RunOption("triage", bool, False, "run each captured program's mismatch again at highest "
+              "matmul precision and in float32: did it go away? (docs/verdicts.md)"),
 )
 # fmt: on
 BY_NAME = {option.name: option for option in RUN_OPTIONS}
@@ -98,6 +100,7 @@ def build_options(values: Mapping[str, Any], *, jobs: int = 1) -> Options:
         ray_address=given["ray_address"],
         shared_dir=None if shared_dir is None else Path(shared_dir),
         stages=tuple(filter(None, (given["stages"] or "").split(","))),
+        triage=given["triage"],
     )
 
 
