@@ -3,7 +3,7 @@ instrumented one (fusion), each operation alone (own error), and the precision t
 
 The fixture programs are tests/data/trust/models.py. One `reprokit run --triage` of three
 cases, shared by every test of the module (stages and two triage reruns: the expensive part):
-- moment_layer_norm: float16 E[x²] - E[x]², inputs around 8: fusion-sensitive;
+- moment_layer_norm: float16 E[x²] - E[x]², inputs around 8: fusion-sensitive, narrowed;
 - row_sum_bf16: row sums in bfloat16 (a plain program: not fusion-sensitive), a mismatch
   that goes away in float32; triaged because of --triage (the case does not ask);
 - mlp_fault: an injected fault in one operation, isolated; its case asks for the triage.
@@ -32,6 +32,7 @@ CASES = {
     "moment_layer_norm": """
 [params]
 program = "moment_layer_norm.pt2"
+narrow = true
 [compare]
 method = "fp64"
 """,
@@ -91,8 +92,11 @@ def test_recording_every_operation_changes_a_float16_moment_layer_norm(ran):
     (output,) = found.fusion  # the faithful run's output against the instrumented run's
     assert (output.target, output.reference, output.allclose) == ("xla_faithful", "xla", False)
     assert output.mismatched > 100
+    # as measured by hand: recording E[x²], the variance or variance + eps changes them
+    (alone,) = found.fusion_nodes
+    assert alone in ("node.0002.mean", "node.0005.sub", "node.0006.add")
     report = (ran[0] / "report.md").read_text(encoding="utf-8")
-    assert "sensitive to fusion" in report
+    assert "sensitive to fusion" in report and f"Recording `{alone}` alone" in report
 
 
 def test_a_plain_program_is_not_fusion_sensitive(ran):
@@ -182,7 +186,8 @@ def test_triage_runs_again_only_what_can_still_change():
 
 def test_old_summaries_load_without_the_new_fields():
     data = VariantResult("c", "c", {}, Outcome.MATCH, Outcome.MATCH, 1.0).to_json()
-    for key in ("triage", "expected_triage", "fusion_sensitive", "fusion", "own_divergence"):
+    new = ("triage", "expected_triage", "fusion_sensitive", "fusion", "fusion_nodes")
+    for key in (*new, "own_divergence"):
         data.pop(key)
     found = VariantResult.from_json(data)
     assert (found.triage, found.fusion_sensitive, found.own_divergence) == (None, None, {})

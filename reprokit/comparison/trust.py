@@ -11,6 +11,8 @@ which makes every operation's result an output of its one graph):
 - ``isolated`` (xla_isolated): each operation alone, fed CPU's values of its inputs. Its
   comparisons are each operation's *own* error, told beside the accumulated one (the first
   divergence), never judged: they decide no outcome.
+- ``narrowing`` (xla_narrowed): delta debugging over the recorded results, in its process;
+  it saves the positions of the fewest whose recording alone changes the outputs.
 
 Torch-free: tensors arrive as mappings, comparisons as records.
 """
@@ -18,20 +20,21 @@ Torch-free: tensors arrive as mappings, comparisons as records.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from reprokit.records import Comparison, Stage
 
-FAITHFUL, ISOLATED = "faithful", "isolated"
+FAITHFUL, ISOLATED, NARROWING = "faithful", "isolated", "narrowing"
 T = TypeVar("T")
 
 
-def part(stage: Stage, tensors: Mapping[str, T], saved: Mapping[str, T]) -> Mapping[str, T]:
-    """What ``stage`` is compared on: a stage with a role saves a part of its reference's
-    tensors (the outputs, or the operations it ran), and only that part is compared."""
+def part(stage: Stage, tensors: Mapping[str, T], other: Mapping[str, T]) -> Mapping[str, T]:
+    """What of ``tensors`` ``stage`` is compared on: a stage with a role saves a part of its
+    reference's tensors (the outputs, the operations it ran; a narrowing stage none), and
+    only the names both sides have are compared."""
     if stage.role is None:
         return tensors
-    return {name: tensor for name, tensor in tensors.items() if name in saved}
+    return {name: tensor for name, tensor in tensors.items() if name in other}
 
 
 def faithful_pairs(stages: Iterable[Stage]) -> list[Stage]:
@@ -65,6 +68,21 @@ def own(stages: Iterable[Stage], divergence: Mapping[str, str | None]) -> dict:
     comparison) is beyond the bound; empty when no isolated stage was compared."""
     return {s.of: divergence[s.name] for s in stages
             if s.role == ISOLATED and s.of and s.name in divergence}  # fmt: skip
+
+
+def narrowed(stages: Iterable[Stage], results: Mapping[str, Any],
+             comparisons: Iterable[Comparison]) -> tuple[str, ...]:  # fmt: skip
+    """The recorded results whose recording alone changes XLA's outputs, by name: the
+    narrowing stage's positions ("narrowed", in its result's metrics) among the instrumented
+    stage's recorded results (node.NNNN...), in the order it saved them."""
+    comparisons = list(comparisons)
+    for stage in (s for s in stages if s.role == NARROWING and s.name in results):
+        positions = results[stage.name].metrics.get("narrowed")
+        recorded = [c.tensor for c in comparisons
+                    if c.target == stage.of and c.tensor.startswith("node.")]  # fmt: skip
+        if isinstance(positions, list) and all(0 <= p < len(recorded) for p in positions):
+            return tuple(recorded[p] for p in positions)
+    return ()
 
 
 def fusion_sensitive(

@@ -111,6 +111,7 @@ def verdict(
         fusion_sensitive=trust.fusion_sensitive(stages, compared.comparisons, compared.fusion),
         fusion=tuple(compared.fusion),
         own_divergence=trust.own(stages, compared.divergence),
+        fusion_nodes=trust.narrowed(stages, results, compared.comparisons),
     )
 
 
@@ -176,7 +177,7 @@ def _compare(
             judge, saved = judges[stage.name], tensors(stage.name)
             found = compare_tensors(
                 trust.part(stage, tensors(stage.reference), saved),
-                saved,
+                trust.part(stage, saved, tensors(stage.reference)),
                 **variant.tolerances,
                 reference=stage.reference,
                 target=stage.name,

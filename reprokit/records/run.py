@@ -189,6 +189,7 @@ class VariantResult:
     # alone on CPU's inputs) is beyond the bound
     fusion_sensitive: bool | None = None
     fusion: tuple[Comparison, ...] = ()  # the faithful outputs against the instrumented ones
+    fusion_nodes: tuple[str, ...] = ()  # narrow = true: the fewest recordings that change them
     own_divergence: dict[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # the dict it was: {"name": ..., "requirements": [...]}
@@ -238,6 +239,7 @@ class VariantResult:
             stages=[s.to_json() for s in self.stages],
             comparisons=[c.to_json() for c in self.comparisons],
             fusion=[c.to_json() for c in self.fusion],
+            fusion_nodes=list(self.fusion_nodes),
             env=self.env.to_json() if self.env is not None else None,
         )
         return data
@@ -252,6 +254,7 @@ class VariantResult:
             stages=lambda items: tuple(map(StageResult.from_json, items)),
             comparisons=lambda items: tuple(map(Comparison.from_json, items)),
             fusion=lambda items: tuple(map(Comparison.from_json, items)),
+            fusion_nodes=tuple,
             case_variables=tuple,
         )  # env: __post_init__
 

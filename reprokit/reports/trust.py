@@ -34,8 +34,13 @@ def fusion_line(variant: VariantResult) -> Text:
     shown = [f"`{c.tensor}` {c.mismatched:,} / {c.total:,} elements, max abs {c.max_abs:.3g}"
              for c in variant.fusion if not c.allclose]  # fmt: skip
     which = f": {'; '.join(shown)}" if shown else ""
-    return (
+    line = (
         "The divergence is sensitive to fusion: the program as captured (`xla_faithful`, one "
         "graph of its outputs) and with every operation recorded (`xla`) give other outputs"
         f"{which}. The outputs' verdict is the faithful run's."
     )
+    if variant.fusion_nodes:
+        names = ", ".join(f"`{name}`" for name in variant.fusion_nodes)
+        line += (f" Recording {names} alone is enough to change them (`xla_narrowed`: delta "
+                 "debugging over the recorded results).")  # fmt: skip
+    return line
