@@ -34,13 +34,15 @@ from reprokit.generate.variants import load_variants as load_cases
 from reprokit.records import Comparison, Outcome, RunSummary, VariantResult
 from reprokit.reports import write_reports as report
 from reprokit.runner.options import Options
-from reprokit.runner.scheduler import Interrupted, run
+from reprokit.runner.scheduler import Interrupted
+from reprokit.runner.scheduler import run as run_variants
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from reprokit.records import MinimizeResult
     from reprokit.runner.scheduler import Reporter
+    from reprokit.runner.stage import Executor
     from reprokit.tools.bisect import Bisection
     from reprokit.tools.sweep import SweepResult
 
@@ -93,6 +95,23 @@ def compare(
 
 
 # The tools are imported when called: ``import reprokit`` stays light (and torch-free).
+
+
+def run(
+    variants: Iterable[Variant], *, run_dir: Path | str, options: Options | None = None,
+    reporter: Reporter | None = None, argv: Iterable[str] = (), executor: Executor | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> RunSummary:  # fmt: skip
+    """Run ``variants`` into ``run_dir`` (reprokit.runner.scheduler.run), then triage each
+    captured program's mismatch whose case asks for it, every one with ``options.triage``:
+    run again at highest matmul precision and in float32, and labelled (reprokit.tools.triage)."""
+    from reprokit.tools.triage import triage_summary
+
+    variants = list(variants)
+    summary = run_variants(variants, run_dir=Path(run_dir), options=options, reporter=reporter,
+                           argv=argv, executor=executor, announce=announce)  # fmt: skip
+    return triage_summary(summary, variants, run_dir=Path(run_dir), options=options,
+                          every=bool(options and options.triage), announce=announce)  # fmt: skip
 
 
 def minimize(

@@ -92,8 +92,24 @@ def run_(
         line = progress.closing_line(stopped.summary, run_dir, time.monotonic() - start)
         out.print(line, highlight=False)
         raise typer.Exit(ExitCode.INTERRUPTED) from None
+    for line in triage_lines(summary):
+        out.print(line, highlight=False)
     out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
     raise typer.Exit(_passed(summary))
+
+
+def triage_lines(summary: RunSummary) -> list[str]:
+    """``PASS  case  triage: the mismatch goes away in float32 (...)``, a line a triaged
+    variant, after the variants' own lines: their verdict, now with the triage."""
+    from reprokit.records import Triage
+
+    marks = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]SKIP[/]"}
+    return [
+        f"{marks[v.mark]}  {escape(v.label)}  triage: the mismatch {Triage(v.triage).said}"
+        + (f" (expected {v.expected_triage})" if v.expected_triage else "")
+        for v in summary.variants
+        if v.triage
+    ]
 
 
 @reports_errors

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reprokit.comparison import trust
 from reprokit.environment.machine import versions
 from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
@@ -40,15 +41,19 @@ class Compared:
     comparisons: list[Comparison] = field(default_factory=list)
     divergence: dict[str, str | None] = field(default_factory=dict)
     problem: str | None = None
+    # a faithful stage's outputs against its instrumented stage's, at the case's tolerances
+    fusion: list[Comparison] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         comparisons = [c.to_json() for c in self.comparisons]
-        return {"comparisons": comparisons, "divergence": self.divergence, "problem": self.problem}
+        return {"comparisons": comparisons, "divergence": self.divergence, "problem": self.problem,
+                "fusion": [c.to_json() for c in self.fusion]}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Compared:
         found = [Comparison.from_json(c) for c in data["comparisons"]]
-        return cls(found, dict(data["divergence"]), data["problem"])
+        fusion = [Comparison.from_json(c) for c in data["fusion"]]
+        return cls(found, dict(data["divergence"]), data["problem"], fusion)
 
 
 def verdict(
@@ -68,6 +73,7 @@ def verdict(
     ordered = tuple(results[stage.name] for stage in stages)
     compared = compare_stages(variant, stages, results, folder, cached=cached)
     failed = next((r for r in ordered if r.failed), None)
+    judged = trust.judged(stages, compared.comparisons)  # an isolated stage's are only told
     skipped = next((r for r in ordered if r.status is Status.SKIPPED), None)
     if failed is not None:
         outcome, reason = failed.status.outcome, reason or f"{failed.name} {failed.ended()}"
@@ -75,9 +81,9 @@ def verdict(
         outcome, reason = Outcome.ERROR, compared.problem
     elif skipped is not None:
         outcome, reason = Outcome.SKIPPED, f"{skipped.name} {skipped.ended()}"
-    elif bad := [c for c in compared.comparisons if not c.allclose]:
+    elif bad := [c for c in judged if not c.allclose]:
         outcome = Outcome.MISMATCH
-        reason = f"{len(bad)} of {len(compared.comparisons)} tensors outside tolerance"
+        reason = f"{len(bad)} of {len(judged)} tensors outside tolerance"
     else:
         outcome, reason = Outcome.MATCH, None
     assert outcome is not None  # a failed status always names an outcome
@@ -91,7 +97,7 @@ def verdict(
         seconds=round(seconds, 3),
         stages=ordered,
         comparisons=tuple(compared.comparisons),
-        first_divergence=compared.divergence,
+        first_divergence=trust.accumulated(stages, compared.divergence),
         reason=reason,
         title=variant.case.title,
         description=variant.case.description,
@@ -101,6 +107,11 @@ def verdict(
         env=variant.env,
         variables=variant.variables,
         case_variables=variant.case_variables,
+        expected_triage=variant.case.expected_triage(xla_device),
+        fusion_sensitive=trust.fusion_sensitive(stages, compared.comparisons, compared.fusion),
+        fusion=tuple(compared.fusion),
+        own_divergence=trust.own(stages, compared.divergence),
+        fusion_nodes=trust.narrowed(stages, results, compared.comparisons),
     )
 
 
@@ -143,7 +154,7 @@ def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], fo
     code = {name: file_digest(Path(__file__).parent / name) for name in comparing}
     names = {n for s in pairs for n in (s.name, s.reference, judges[s.name]) if n}
     tensors = {n: file_digest(folder / "stages" / n / "tensors.pt") for n in sorted(names)}
-    how = [[s.name, s.reference, judges[s.name]] for s in pairs]
+    how = [[s.name, s.reference, judges[s.name], s.role, s.of] for s in pairs]
     return Store.key(code, tensors, how, variant.tolerances, versions())
 
 
@@ -163,18 +174,23 @@ def _compare(
 
     try:
         for stage in pairs:
-            judge = judges[stage.name]
+            judge, saved = judges[stage.name], tensors(stage.name)
             found = compare_tensors(
-                tensors(stage.reference),
-                tensors(stage.name),
+                trust.part(stage, tensors(stage.reference), saved),
+                trust.part(stage, saved, tensors(stage.reference)),
                 **variant.tolerances,
                 reference=stage.reference,
                 target=stage.name,
-                arbiter=tensors(judge) if judge else None,
+                arbiter=trust.part(stage, tensors(judge), saved) if judge else None,
             )
             compared.comparisons += found
             first = first_divergence(found)
             compared.divergence[stage.name] = first.tensor if first else None
+        for stage in trust.faithful_pairs(pairs):  # the same outputs, recorded or not
+            instrumented = trust.part(stage, tensors(stage.of), tensors(stage.name))
+            compared.fusion += compare_tensors(instrumented, tensors(stage.name),
+                                               **variant.tolerances, reference=stage.of,
+                                               target=stage.name)  # fmt: skip
     except ReprokitError as exc:
         compared.problem = str(exc).split("\n")[0]
     return compared

@@ -17,7 +17,7 @@ from reprokit.environment.variables import HARNESS_OWNED
 from reprokit.errors import ReprokitError
 from reprokit.generate.templates import Template, builtin_dir, did_you_mean, find_template
 from reprokit.infra.redact import is_secret_name
-from reprokit.records import EnvSpec, Outcome
+from reprokit.records import EnvSpec, Outcome, Triage
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -33,10 +33,11 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "timeout": (float, int),
     },
     "compare": {"rtol": (float, int), "atol": (float, int), "method": str},
-    "expect": {"outcome": str, "observed": str},
+    "expect": {"outcome": str, "observed": str, "triage": str},
 }
 _REQUIRED_KEYS = {"case": ("title", "template")}
 _EXPECTABLE = [o.value for o in Outcome if o is not Outcome.SKIPPED]
+_TRIAGE_LABELS = [label.value for label in Triage]  # [expect] triage: what a rerun shows
 _DEVICES = ("cpu", "tpu", "cuda")  # [expect.tpu]: what the case expects where XLA runs on a TPU
 METHODS = ("allclose", "fp64")  # [compare] method: tolerances, or error against float64
 
@@ -72,6 +73,7 @@ class Case:
     timeout: float | None = None  # seconds each stage may run, instead of --timeout
     expect_on: dict[str, Outcome] = field(default_factory=dict)  # [expect.tpu], by device kind
     observed: dict[str, str] = field(default_factory=dict)  # "[expect]" -> where it was seen
+    triage: dict[str, Triage] = field(default_factory=dict)  # "[expect]" -> its triage label
     include: tuple[dict[str, Any], ...] = ()  # [matrix] include: combinations added
     exclude: tuple[dict[str, Any], ...] = ()  # [matrix] exclude: combinations left out
     envs: tuple[EnvSpec, ...] = ()  # [envs]: each variant runs in each of these environments
@@ -83,6 +85,10 @@ class Case:
         device = xla_device.lower()
         table = f"[expect.{device}]" if device in self.expect_on else "[expect]"
         return self.expect_on.get(device, self.expect), table, self.observed.get(table)
+
+    def expected_triage(self, xla_device: str) -> Triage | None:
+        """The triage label the table :meth:`expected` chose asks for (docs/verdicts.md)."""
+        return self.triage.get(self.expected(xla_device)[1])
 
     def to_json(self) -> dict[str, Any]:
         """As ``reprokit list --json`` shows it (its variants added there)."""
@@ -147,7 +153,8 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
     for key in combos["exclude"][0] if combos["exclude"] else ():
         if key not in matrix:
             where.fail("exclude", "matrix", f"[matrix] exclude names {key!r}, not a matrix axis")
-    expect = _outcome(sections["expect"], "expect", where) or Outcome.MATCH
+    expect_tables = sections["expect"]
+    expect = _outcome(expect_tables, "expect", where) or Outcome.MATCH
     expect_on = {d: _outcome(t, f"expect.{d}", where) for d, t in per_device.items()}
     return Case(
         name=path.stem,
@@ -161,11 +168,9 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         compare=_compare_settings(sections["compare"]),
         expect=expect,
         expect_on={d: o for d, o in expect_on.items() if o is not None},
-        observed={
-            f"[{name}]": table["observed"]
-            for name, table in [("expect", sections["expect"])]
-            + [(f"expect.{d}", t) for d, t in per_device.items()]
-            if "observed" in table
+        observed=_per_table(expect_tables, per_device, "observed"),
+        triage={
+            k: Triage(v) for k, v in _per_table(sections["expect"], per_device, "triage").items()
         },
         timeout=float(info["timeout"]) if "timeout" in info else None,
         include=combos["include"],
@@ -173,6 +178,14 @@ def load_case(path: Path, *, templates: Iterable[Path] = ()) -> Case:
         envs=tuple(_env(name, value, where) for name, value in sections["envs"].items()),
         variables=_variables(sections["variables"], where),
     )
+
+
+def _per_table(
+    expect: dict[str, Any], per_device: dict[str, dict[str, Any]], key: str
+) -> dict[str, Any]:
+    """``key`` of [expect] and of each [expect.DEVICE] that sets it, by the table's name."""
+    tables = [("[expect]", expect)] + [(f"[expect.{d}]", t) for d, t in per_device.items()]
+    return {name: table[key] for name, table in tables if key in table}
 
 
 def _read(path: Path) -> tuple[str, dict[str, Any]]:
@@ -322,6 +335,9 @@ def _check_keys(table: dict[str, Any], keys: dict[str, Any], name: str, where: _
             where.fail(key, name, "[case] timeout must be positive (seconds)")
         if key == "tags" and not all(isinstance(tag, str) for tag in value):
             where.fail(key, name, "[case] tags must be a list of strings")
+        if key == "triage" and value not in _TRIAGE_LABELS:
+            hint = "Use one of " + ", ".join(_TRIAGE_LABELS) + " (docs/verdicts.md)."
+            where.fail(key, name, f"unknown triage label {value!r}", hint)
         if name == "compare" and key == "method" and value not in METHODS:
             where.fail(key, name, f"unknown method {value!r}", f"Use one of {', '.join(METHODS)}.")
         elif name == "compare" and key != "method" and value < 0:

@@ -61,6 +61,10 @@ class Stage:
     reference: str | None = None
     devices: int | None = None  # XLA devices the stage needs (virtual ones on CPU)
     arbiter: str | None = None  # a float64 stage judging target against reference
+    # a captured program's XLA variants of stage ``of`` (docs/verdicts.md): "faithful" (the
+    # program as captured, outputs only: their verdict) or "isolated" (each operation alone)
+    role: str | None = None
+    of: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "needs": list(self.needs)}
@@ -129,6 +133,28 @@ class StageResult:
 MARKS = {True: "pass", False: "fail", None: "skip"}  # VariantResult.passed, in a word
 
 
+class Triage(enum.StrEnum):
+    """What a mismatch did when run again more precisely (tools/triage.py): a label of what
+    was observed, not a verdict on whose bug it is."""
+
+    HIGHEST = "highest"  # gone at matmul_precision = "highest"
+    FLOAT32 = "float32"  # gone in float32 (it ran in a half type), at highest precision
+    PERSISTS = "persists"  # still there in both: worth a closer look
+
+    @property
+    def said(self) -> str:
+        """The label in words, as the console and the report say it."""
+        return _TRIAGE_SAID[self]
+
+
+_TRIAGE_SAID = {
+    Triage.HIGHEST: "goes away at highest matmul precision",
+    Triage.FLOAT32: "goes away in float32 (at highest matmul precision)",
+    Triage.PERSISTS: "persists at highest matmul precision (and in float32, had it run in a "
+    "half type)",
+}
+
+
 @dataclass(frozen=True)
 class VariantResult:
     """One variant's verdict, its stages, and its comparisons."""
@@ -153,6 +179,18 @@ class VariantResult:
     # the steering variables exported when it ran (environment.variables.carried)
     variables: dict[str, str] = field(default_factory=dict)
     case_variables: tuple[str, ...] = ()
+    # Verdicts you can trust (docs/verdicts.md); None or empty: not checked (older runs too).
+    # triage: a mismatch run again at highest matmul precision and in float32 ("highest",
+    # "float32": it went away so; "persists"); expected_triage: the case's [expect] triage
+    triage: str | None = None
+    expected_triage: str | None = None
+    # fusion_sensitive: the faithful run's outputs and the instrumented run's disagree;
+    # own_divergence: per instrumented stage, the first operation whose own error (run
+    # alone on CPU's inputs) is beyond the bound
+    fusion_sensitive: bool | None = None
+    fusion: tuple[Comparison, ...] = ()  # the faithful outputs against the instrumented ones
+    fusion_nodes: tuple[str, ...] = ()  # narrow = true: the fewest recordings that change them
+    own_divergence: dict[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # the dict it was: {"name": ..., "requirements": [...]}
         if isinstance(self.env, Mapping):
@@ -165,8 +203,12 @@ class VariantResult:
 
     @property
     def passed(self) -> bool | None:
-        """Outcome as expected; None when skipped (neither passed nor failed)."""
-        return None if self.outcome is Outcome.SKIPPED else self.outcome == self.expected
+        """Outcome (and triage, when the case expects one) as expected; None when skipped
+        (neither passed nor failed)."""
+        if self.outcome is Outcome.SKIPPED:
+            return None
+        triaged = self.expected_triage is None or self.triage == self.expected_triage
+        return self.outcome == self.expected and triaged
 
     @property
     def mark(self) -> str:
@@ -196,6 +238,8 @@ class VariantResult:
             passed=self.passed,
             stages=[s.to_json() for s in self.stages],
             comparisons=[c.to_json() for c in self.comparisons],
+            fusion=[c.to_json() for c in self.fusion],
+            fusion_nodes=list(self.fusion_nodes),
             env=self.env.to_json() if self.env is not None else None,
         )
         return data
@@ -209,6 +253,8 @@ class VariantResult:
             expected=Outcome,
             stages=lambda items: tuple(map(StageResult.from_json, items)),
             comparisons=lambda items: tuple(map(Comparison.from_json, items)),
+            fusion=lambda items: tuple(map(Comparison.from_json, items)),
+            fusion_nodes=tuple,
             case_variables=tuple,
         )  # env: __post_init__
 

@@ -22,6 +22,7 @@ from reprokit.reports.model import (
     Text,
     Wrapped,
 )
+from reprokit.reports.trust import trust_lines
 
 COMPARISON_HEADER = ("tensor", "stage vs reference", "shape", "max abs", "max rel ¹", "mismatched")
 WRAP_CASE = "wrap"  # the case of the one variant `reprokit wrap` records
@@ -52,7 +53,7 @@ def evidence(variant: VariantResult, run_dir: Path) -> Evidence:
         reason=plain(variant.reason) if variant.reason and not failed else None,
         failed=tuple(map(failed_stage, failed)),
         reused=reused_lines(variant.stages),
-        divergence=divergence_lines(variant) + noise_line(variant),
+        divergence=divergence_lines(variant) + trust_lines(variant) + noise_line(variant),
         comparisons=comparisons(variant),
         recompiled=recompiled(variant.stages),
         script=script(run_dir, variant),

@@ -124,6 +124,8 @@ def checked_stages(data: Any) -> list[Stage]:
                 item.get("reference"),
                 devices,
                 item.get("arbiter"),
+                item.get("role"),
+                item.get("of"),
             )
         )
     check_dag(stages)

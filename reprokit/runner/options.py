@@ -33,6 +33,7 @@ class Options:
     shared_dir: Path | None = None  # a folder every Ray node sees: outputs there, not in objects
     stages: tuple[str, ...] = ()  # run only these stages (and what they need); () runs all
     keep_tensors: bool = False  # judged variants keep every recorded operation's tensor
+    triage: bool = False  # each captured program's mismatch run again more precisely (triage.py)
 
 
 def jobs(value: str) -> int:

@@ -73,6 +73,8 @@ RUN_OPTIONS = (
               repeated=True),
     RunOption("keep_tensors", bool, False, "keep every recorded operation's tensor (by "
               "default, once judged, only those around a divergence, and the outputs)"),
+    RunOption("triage", bool, False, "run each captured program's mismatch again at highest "
+              "matmul precision and in float32: did it go away? (docs/verdicts.md)"),
 )
 # fmt: on
 BY_NAME = {option.name: option for option in RUN_OPTIONS}
@@ -101,6 +103,7 @@ def build_options(values: Mapping[str, Any], *, jobs: int = 1) -> Options:
         shared_dir=None if shared_dir is None else Path(shared_dir),
         stages=tuple(filter(None, (given["stages"] or "").split(","))),
         keep_tensors=given["keep_tensors"],
+        triage=given["triage"],
     )
 
 

@@ -56,7 +56,8 @@ def test_builtin_case_renders_standalone_and_ruff_clean(variant, tmp_path):
     names = [stage["name"] for stage in dag]
     for position, stage in enumerate(dag):
         assert {"name", "backend", "needs", "reference"} <= set(stage)
-        assert set(stage) <= {"name", "backend", "needs", "reference", "devices", "arbiter"}
+        known = {"name", "backend", "needs", "reference", "devices", "arbiter", "role", "of"}
+        assert set(stage) <= known  # role, of: docs/verdicts.md
         assert ("devices" in stage) == (stage["backend"] == "xla_spmd")  # named, not guessed
         assert set(stage["needs"]) <= set(names[:position])  # listed in DAG order
 
