@@ -61,9 +61,12 @@ class Stage:
     reference: str | None = None
     devices: int | None = None  # XLA devices the stage needs (virtual ones on CPU)
     arbiter: str | None = None  # a float64 stage judging target against reference
+    # NAME=REQUIREMENTS: the stage runs in that environment's python (environment/uv.py)
+    env: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "needs": list(self.needs)}
+        found = {**asdict(self), "needs": list(self.needs)}
+        return found if self.env else {k: v for k, v in found.items() if k != "env"}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Stage:
