@@ -112,3 +112,17 @@ def test_a_stage_names_its_environment_and_a_bad_one_is_refused():
     assert "env" not in Stage("a", "cpu").to_json()  # summary.json as before for the others
     with pytest.raises(ValueError, match="stage 't': env"):
         checked_stages([item | {"env": "no requirements"}])
+
+
+def test_the_standalone_script_says_what_the_torchax_stage_needs(cli, tmp_path):
+    """Run by a python without torchax and jax (the main one: torch_xla's torchax needs jax),
+    the stage ends with what to install, and the script is as ruff-clean as every other."""
+    script = tmp_path / "repro.py"
+    assert cli("render", "captured_cnn_bf16", "--set", "torchax=true", "-o", script).exit_code == 0
+    config = Path(__file__).parents[1] / "pyproject.toml"
+    ruff = [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", config, script]
+    assert subprocess.run(ruff, capture_output=True).returncode == 0
+    done = subprocess.run([sys.executable, script, "--stage", "torchax"], capture_output=True,
+                          text=True, cwd=tmp_path)  # fmt: skip
+    assert done.returncode != 0
+    assert "pip install torch==2.9.0 torchax==0.0.13 jax[cpu]==0.10.2" in done.stderr
