@@ -8,6 +8,7 @@ The pipeline in five calls (the CLI and the pytest plugin call the same ones)::
     summary = reprokit.run(variants, run_dir="runs/seed", options=reprokit.Options(jobs=2))
     reprokit.report("runs/seed")                     # report.md, .html, .json, bundle.zip
     diffs = reprokit.compare("a.pt", "b.safetensors", atol=1e-5)
+    reprokit.convert("model.xser", "model.safetensors")   # checkpoints that leave torch_xla
     case = reprokit.capture(model, (batch,), name="mine")   # your own model, as a case
 
 The tools on top of it, as the commands of the same names run them::
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from reprokit.runner.stage import Executor
     from reprokit.tools.bisect import Bisection
     from reprokit.tools.sweep import SweepResult
+    from reprokit.tools.convert import Conversion
 
 __all__ = [
     "Comparison",
@@ -58,6 +60,7 @@ __all__ = [
     "bisect",
     "capture",
     "compare",
+    "convert",
     "load_cases",
     "merge",
     "minimize",
@@ -92,6 +95,14 @@ def compare(
     from reprokit.comparison.checkpoints import diff_checkpoints  # torch: only here
 
     return diff_checkpoints(reference, target, rtol=rtol, atol=atol)
+
+
+def convert(source: Path | str, target: Path | str, *, to: str | None = None) -> Conversion:
+    """A checkpoint of any format ``compare`` reads into another (torch, xser, safetensors,
+    dcp: ``to``, else the target's name says), checked bit for bit (reprokit.tools.convert)."""
+    from reprokit.tools.convert import convert as convert_checkpoint  # torch: only here
+
+    return convert_checkpoint(source, target, to=to)
 
 
 # The tools are imported when called: ``import reprokit`` stays light (and torch-free).

@@ -3,7 +3,7 @@ chooses the exit code (:class:`reprokit.errors.ExitCode`).
 
 app.py holds the typer app, its error handling and the parameters commands share; running.py
 the commands that run stages (run, minimize, merge, bisect, wrap); commands.py the others
-(list, render, env, report, diff, capture). They are registered here, in the order that
+(list, render, env, report, diff, convert, capture). They are registered here, in the order that
 ``reprokit --help`` lists them.
 """
 
@@ -19,6 +19,7 @@ for _name, _command in (
     ("run", running.run_),
     ("report", commands.report_),
     ("diff", commands.diff_),
+    ("convert", commands.convert_),
     ("minimize", running.minimize_),
     ("merge", running.merge_),
     ("bisect", running.bisect_),

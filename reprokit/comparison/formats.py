@@ -1,6 +1,7 @@
 """Each format ``reprokit diff`` reads, as a loader per tensor (see checkpoints.py for how each
 is read without running code): torch.save files memory-mapped, xser, distributed checkpoint
-folders, safetensors."""
+folders, safetensors. ``xser_tree`` and ``dcp_tree`` read the same files whole, nesting and
+plain values kept, for ``reprokit convert``."""
 
 from __future__ import annotations
 
@@ -146,6 +147,27 @@ def xser_loaders(path: Path) -> dict[str, Loader]:
     }
 
 
+def xser_tree(path: Path) -> Any:
+    """The whole xser checkpoint as ``xser.load`` returns it, with CPU tensors (torch_xla's
+    own would be on its device) and without running code: nesting and plain values kept."""
+    name = "torch_xla.utils.serialization.TensorReference"
+    with torch.serialization.safe_globals([(_TensorReference, name)]):
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    folder = Path(f"{path}.tensors")
+    return _tree_map(data, _TensorReference, lambda ref: _xser_tensor(folder, ref)())
+
+
+def _tree_map(data: Any, leaf: type, function: Callable[[Any], Any]) -> Any:
+    """``data`` with every ``leaf`` replaced by ``function(leaf)``, containers rebuilt."""
+    if isinstance(data, leaf):
+        return function(data)
+    if isinstance(data, dict):
+        return type(data)((k, _tree_map(v, leaf, function)) for k, v in data.items())
+    if isinstance(data, list | tuple) and not hasattr(data, "_fields"):
+        return type(data)(_tree_map(v, leaf, function) for v in data)
+    return data
+
+
 def _xser_tensor(folder: Path, ref: _TensorReference) -> Loader:
     if type(ref.tid) is not int or ref.tid < 0:  # never a path of the file's choosing
         raise ReprokitError(f"malformed tensor reference {ref.tid!r}", folder)
@@ -217,6 +239,42 @@ def dcp_loaders(step: Path) -> dict[str, Loader]:
         if index.fqn in chunks:
             chunks[index.fqn].append((tuple(index.offset), info))
     return {key: _dcp_tensor(step, meta, chunks[key]) for key, meta in tensors.items()}
+
+
+def dcp_tree(step: Path) -> dict[str, Any]:
+    """The whole checkpoint, nested as it was saved (the metadata keeps each name's path),
+    plain values too (each a torch.save of it, read with ``weights_only``)."""
+    with (step / ".metadata").open("rb") as f:
+        metadata = _MetadataUnpickler(f).load()
+    tensors = dcp_loaders(step)
+    paths = metadata.planner_data if isinstance(metadata.planner_data, dict) else {}
+    tree: dict[Any, Any] = {}
+    for index, info in metadata.storage_data.items():
+        if index.fqn not in tensors:  # a plain value: one chunk of the torch.save'd bytes
+            file = (step / info.relative_path).resolve()
+            if file.parent != step.resolve():
+                raise ValueError(f"chunk file {info.relative_path!r} is outside the checkpoint")
+            raw = io.BytesIO(_read_exact(file, info.offset, info.length))
+            _put(tree, paths.get(index.fqn, (index.fqn,)), torch.load(raw, weights_only=True))
+    for fqn, load in tensors.items():
+        _put(tree, paths.get(fqn, (fqn,)), load())
+    return _listed(tree)
+
+
+def _put(tree: dict[Any, Any], path: tuple[Any, ...], value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def _listed(tree: Any) -> Any:
+    """Dicts keyed 0..n-1 by ints (DCP's path into a list) made lists again."""
+    if not isinstance(tree, dict):
+        return tree
+    items = {k: _listed(v) for k, v in tree.items()}
+    if items and all(type(k) is int for k in items) and sorted(items) == list(range(len(items))):
+        return [items[i] for i in range(len(items))]
+    return items
 
 
 def _dcp_tensor(step: Path, meta: Any, chunks: list[Any]) -> Loader:

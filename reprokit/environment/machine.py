@@ -5,15 +5,27 @@ for); this adds what torch_xla users are asked next: torch_xla/libtpu/jax versio
 torch and torch_xla match, the XLA/PJRT/TPU variables, the XLA device kind and count, and the
 default matmul precision. The XLA runtime is read in a child process, so that the caller
 never initialises one (an initialised runtime would break a later xmp.spawn).
+
+TorchTPU (``torch_tpu``) is reported without being imported: whether it is installed (package
+metadata), whether it loads itself on ``import torch`` (its ``torch.backends`` entry point),
+and whether a TPU is attached (/dev/accel*, /dev/vfio, PCI devices of Google's vendor id).
+Importing it, or torch with it installed, initialises the TPU runtime: without a TPU that
+waits on the metadata server or aborts the process. So every ``import torch`` of this module
+(collect_env, the XLA probe) is made with TORCH_DEVICE_BACKEND_AUTOLOAD=0 while torch_tpu is
+installed.
 """
 
 from __future__ import annotations
 
+import glob
+import importlib.util
 import json
 import os
 import platform
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,7 +36,17 @@ from reprokit.infra.redact import redact_env
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Environment
 
-PACKAGES = ("torch", "torch_xla", "libtpu", "libtpu-nightly", "jax", "jaxlib", "numpy")
+PACKAGES = ("torch", "torch_xla", "torch_tpu", "libtpu", "libtpu-nightly", "jax", "jaxlib",
+            "torchax", "numpy")  # fmt: skip
+AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch's switch for its backends' entry points
+GOOGLE_PCI_VENDOR = "0x1ae0"
+TPU_PCI_DEVICES = {
+    "0x005e": "TPU v4",
+    "0x0062": "TPU v5p",
+    "0x0063": "TPU v5e",
+    "0x006f": "TPU v6e",
+    "0x0076": "TPU v7",
+}  # as torch_tpu's hardware.py names them
 _PROBE = """
 import json, torch_xla, torch_xla.runtime as xr, torch_xla.backends as xb
 print(json.dumps({"device_kind": xr.device_type(), "device_count": xr.global_runtime_device_count(),
@@ -51,9 +73,69 @@ def torch_xla_matches(found: dict[str, str | None]) -> bool | None:
     return torch.split("+")[0].split(".")[:2] == xla.split("+")[0].split(".")[:2]
 
 
+def torch_tpu(pci: Path = Path("/sys/bus/pci/devices"), dev: Path = Path("/dev")) -> dict[str, Any]:
+    """TorchTPU installed (its version, where) and whether it loads itself on ``import
+    torch``; the TPU chips attached: all without importing torch_tpu or libtpu."""
+    spec = importlib.util.find_spec("torch_tpu")  # a top-level name: found, not imported
+    try:
+        version: str | None = metadata.version("torch_tpu")
+    except metadata.PackageNotFoundError:
+        version = None
+    autoloads = _autoloads_torch_tpu()
+    chips = [TPU_PCI_DEVICES.get(device, f"Google PCI device {device}")
+             for device in _google_pci_devices(pci)]  # fmt: skip
+    return {
+        "installed": version or ("(no metadata)" if spec else None),
+        "path": str(Path(spec.origin).parent) if spec and spec.origin else None,
+        "autoloads": autoloads,
+        "tpu_chips": chips,
+        "accel": sorted(glob.glob(str(dev / "accel*"))),
+        "vfio": (dev / "vfio").exists(),
+    }
+
+
+def _autoloads_torch_tpu() -> bool:
+    """Whether torch_tpu registered itself to be imported by ``import torch`` (torch >= 2.5
+    imports every ``torch.backends`` entry point unless TORCH_DEVICE_BACKEND_AUTOLOAD=0)."""
+    found = metadata.entry_points(group="torch.backends")
+    return any(ep.value.split(".")[0].split(":")[0] == "torch_tpu" for ep in found)
+
+
+def _google_pci_devices(pci: Path) -> list[str]:
+    """The device ids of PCI devices of Google's vendor id (TPU chips), read from sysfs."""
+    found = []
+    for device in sorted(pci.glob("*")) if pci.is_dir() else []:
+        try:
+            if (device / "vendor").read_text().strip() == GOOGLE_PCI_VENDOR:
+                found.append((device / "device").read_text().strip())
+        except OSError:
+            continue
+    return found
+
+
+@contextmanager
+def _no_torch_tpu_autoload() -> Iterator[None]:
+    """``import torch`` inside leaves torch_tpu (and the TPU runtime) alone, where it is
+    installed; the caller's own setting comes back after (its stages keep it)."""
+    if not _autoloads_torch_tpu():
+        yield
+        return
+    before = os.environ.get(AUTOLOAD)
+    os.environ[AUTOLOAD] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(AUTOLOAD, None)
+        else:
+            os.environ[AUTOLOAD] = before
+
+
 def xla_runtime(timeout: float = 120) -> dict[str, Any]:
     """Device kind, count and matmul precision, from a child process."""
     environ = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
+    if _autoloads_torch_tpu():  # torch_xla imports torch: not torch_tpu's TPU runtime too
+        environ[AUTOLOAD] = "0"
     try:
         child = subprocess.run(
             [sys.executable, "-c", _PROBE],
@@ -93,7 +175,8 @@ def pytorch_env(*, cached: bool = False) -> dict[str, Any]:
 
 def _collect_env() -> dict[str, Any]:
     try:
-        collect_env = import_module("torch.utils.collect_env")
+        with _no_torch_tpu_autoload():
+            collect_env = import_module("torch.utils.collect_env")
     except ImportError:
         return {"error": "torch is not installed"}
     info = collect_env.get_env_info()._asdict()
@@ -116,6 +199,7 @@ def describe_machine(
         torch_xla_matches_torch=torch_xla_matches(found),
         variables=redact_env(variables),
         xla=xla_runtime() if probe_xla and not quick and found["torch_xla"] else None,
+        torch_tpu=torch_tpu(),
         pytorch={}
         if quick
         else redact_env({k: str(v) for k, v in pytorch_env(cached=cached).items()}),

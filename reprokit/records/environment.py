@@ -45,6 +45,8 @@ class Environment:
     variables: dict[str, str] = field(default_factory=dict)
     xla: dict[str, Any] | None = None  # device kind and count, or why they are unknown
     pytorch: dict[str, str] = field(default_factory=dict)  # torch.utils.collect_env
+    # TorchTPU installed, whether it loads on `import torch`, the TPU chips: never imported
+    torch_tpu: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,12 +68,31 @@ class Environment:
             rows.append(("matmul precision", str(xla.get("matmul_precision"))))
         elif "error" in xla:
             rows.append(("XLA devices", xla["error"]))
+        rows += _torch_tpu_rows(self.torch_tpu)
         rows += list(self.variables.items())
         for key in ("os", "cpu_info", "nvidia_gpu_models", "is_cuda_available"):
             if key in self.pytorch:
                 lines = self.pytorch[key].splitlines() or [""]
                 rows.append((key, lines[0] if key != "cpu_info" else _cpu_model(lines)))
         return rows
+
+
+def _torch_tpu_rows(found: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """TorchTPU and the TPU chips, as ``reprokit env`` found them (older records: nothing)."""
+    if found is None:
+        return []
+    rows = []
+    if found.get("installed"):
+        how = " (loads itself on `import torch`)" if found.get("autoloads") else ""
+        rows.append(("torch_tpu", f"{found['installed']}{how}, not initialised by reprokit"))
+    chips = found.get("tpu_chips") or []
+    if chips:
+        kinds = ", ".join(f"{chips.count(k)} x {k}" for k in dict.fromkeys(chips))
+        rows.append(("TPU (PCI)", kinds))
+    elif found.get("installed") or found.get("accel") or found.get("vfio"):
+        nodes = ", ".join(found.get("accel") or []) + (" /dev/vfio" if found.get("vfio") else "")
+        rows.append(("TPU (PCI)", f"none found; device nodes: {nodes.strip() or 'none'}"))
+    return rows
 
 
 def _cpu_model(lines: list[str]) -> str:

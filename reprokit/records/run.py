@@ -65,9 +65,12 @@ class Stage:
     # program as captured, outputs only: their verdict) or "isolated" (each operation alone)
     role: str | None = None
     of: str | None = None
+    # NAME=REQUIREMENTS: the stage runs in that environment's python (environment/uv.py)
+    env: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "needs": list(self.needs)}
+        found = {**asdict(self), "needs": list(self.needs)}
+        return found if self.env else {k: v for k, v in found.items() if k != "env"}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Stage:

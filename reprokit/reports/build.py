@@ -192,6 +192,7 @@ def environment(summary: RunSummary) -> EnvironmentSection:
     if seen:
         counts = ", ".join(f"{n} x {kind}" for kind, n in sorted(seen))
         facts.append(f"XLA devices the stages saw: {counts}")
+    facts.extend(jax_backends(summary))
     rows = tuple((Cell(k), Cell(v)) for k, v in summary.env.rows())
     return EnvironmentSection(
         facts=tuple(facts),
@@ -199,6 +200,19 @@ def environment(summary: RunSummary) -> EnvironmentSection:
         machines=machines_table(summary) if summary.machines else None,
         envs=envs_table(summary.variants),
     )
+
+
+def jax_backends(summary: RunSummary) -> list[str]:
+    """The stages that ran on torchax (JAX), with the versions they imported: one line each
+    set of versions (a torchax stage runs in an environment of its own)."""
+    found: dict[str, list[str]] = {}
+    for stage in (s for v in summary.variants for s in v.stages):
+        imported = stage.versions or {}
+        if imported.get("torchax") and not imported.get("torch_xla"):
+            jax, jaxlib, torch = (imported.get(k) or "?" for k in ("jax", "jaxlib", "torch"))
+            line = f"torchax {imported['torchax']} on jax {jax} (jaxlib {jaxlib}, torch {torch})"
+            found.setdefault(line, []).append(stage.name)
+    return [f"{line}: stage {', '.join(dict.fromkeys(names))}" for line, names in found.items()]
 
 
 def machines_table(summary: RunSummary) -> Table:

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from reprokit.environment.specs import parse_env
+from reprokit.errors import ReprokitError
 from reprokit.records import Stage, StageResult, Status
 from reprokit.runner.backends import BACKENDS
 
@@ -116,6 +118,7 @@ def checked_stages(data: Any) -> list[Stage]:
         devices = item.get("devices")
         if devices is not None and (type(devices) is not int or devices < 1):
             raise ValueError(f"stage {item['name']!r}: devices must be a positive number")
+        _check_env(item)
         stages.append(
             Stage(
                 item["name"],
@@ -126,10 +129,23 @@ def checked_stages(data: Any) -> list[Stage]:
                 item.get("arbiter"),
                 item.get("role"),
                 item.get("of"),
+                item.get("env"),
             )
         )
     check_dag(stages)
     return stages
+
+
+def _check_env(item: dict[str, Any]) -> None:
+    """A stage's own environment, ``NAME=REQUIREMENTS`` as ``--env`` takes it."""
+    if item.get("env") is None:
+        return
+    if not isinstance(item["env"], str):
+        raise ValueError(f"stage {item['name']!r}: env must be NAME=REQUIREMENTS, a string")
+    try:
+        parse_env(item["env"])
+    except ReprokitError as exc:
+        raise ValueError(f"stage {item['name']!r}: env: {exc.message}") from None
 
 
 def check_dag(stages: list[Stage]) -> None:

@@ -1,4 +1,5 @@
-"""A variant made ready to run: its script rendered into its folder, its files, its Python.
+"""A variant made ready to run: its script rendered into its folder, its files, its Python
+(and a stage's own Python, where its STAGES entry names an environment).
 
 Done for every variant before anything runs, so that bad input (a template that does not
 render, requirements uv cannot meet) stops the run before its first stage.
@@ -12,11 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from reprokit.environment.specs import parse_env
 from reprokit.environment.uv import env_python
 from reprokit.environment.variables import carried as carried_variables
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
 from reprokit.runner.options import Options
+from reprokit.runner.stage import StageJob
 
 CASE_FILE = "case.toml"  # the variant's case, beside its script: a run carries its verdict's inputs
 
@@ -52,3 +55,12 @@ def prepare(
     if case.is_file() and not (carried.exists() and carried.samefile(case)):
         shutil.copyfile(case, carried)
     return Prepared(variant, folder, python)
+
+
+def in_stage_env(job: StageJob) -> StageJob:
+    """``job`` run by the python of its stage's own environment (``"env"`` in STAGES: torchax
+    on JAX beside torch_xla's own copy of it), built at its first use (uv: seconds from its
+    cache); unchanged for a stage that names none, which runs in the variant's."""
+    if job.stage.env is None:
+        return job
+    return replace(job, python=str(env_python(parse_env(job.stage.env))))

@@ -44,7 +44,7 @@ from reprokit.runner.dag import blocked
 from reprokit.runner.executors import make_executor
 from reprokit.runner.options import Options
 from reprokit.runner.plan import plan
-from reprokit.runner.prepare import Prepared, prepare
+from reprokit.runner.prepare import Prepared, in_stage_env, prepare
 from reprokit.runner.stage import Executor, StageJob, StagesUnlisted, capabilities_of
 from reprokit.runner.summary import SummaryWriter
 from reprokit.runner.summary import now as now  # where tools/wrap.py has it from
@@ -374,7 +374,15 @@ class _Scheduler:
                 reporter.stage_finished(state.variant.label, result)
 
         job = state.job(stage)
-        return self._submit(lambda: self.executor.run_stage(job, self.stop), then)
+        return self._submit(lambda: self._run_stage(job), then)
+
+    def _run_stage(self, job: StageJob) -> StageResult:
+        """The stage run by the executor, in its own environment where it names one."""
+        try:
+            job = in_stage_env(job)
+        except ReprokitError as exc:  # uv could not make it: the stage failed, the run goes on
+            return StageResult(job.stage.name, job.stage.backend, Status.ERROR, reason=str(exc))
+        return self.executor.run_stage(job, self.stop)
 
     def _judged(self, state: _State, result: VariantResult) -> None:
         pause("variant-judged")

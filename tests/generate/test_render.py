@@ -20,7 +20,7 @@ BANNER = (  # where the scenario ends in every script
     "# ---- the scenario ends here; below, reprokit's stage protocol"
     " (the same in every script) ----"
 )
-ALLOWED_IMPORTS = {"torch", "torch_xla", "numpy", *sys.stdlib_module_names}
+ALLOWED_IMPORTS = {"torch", "torch_xla", "numpy", "safetensors", *sys.stdlib_module_names}
 
 
 def imported_modules(script: str) -> set[str]:
@@ -56,8 +56,8 @@ def test_builtin_case_renders_standalone_and_ruff_clean(variant, tmp_path):
     names = [stage["name"] for stage in dag]
     for position, stage in enumerate(dag):
         assert {"name", "backend", "needs", "reference"} <= set(stage)
-        known = {"name", "backend", "needs", "reference", "devices", "arbiter", "role", "of"}
-        assert set(stage) <= known  # role, of: docs/verdicts.md
+        known = {"name", "backend", "needs", "reference", "devices", "arbiter", "role", "of", "env"}
+        assert set(stage) <= known  # role, of: docs/verdicts.md; env: a stage's own python
         assert ("devices" in stage) == (stage["backend"] == "xla_spmd")  # named, not guessed
         assert set(stage["needs"]) <= set(names[:position])  # listed in DAG order
 
