@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from reprokit.runner.scheduler import Reporter
     from reprokit.runner.stage import Executor
     from reprokit.tools.bisect import Bisection
-    from reprokit.tools.sweep import SweepResult
     from reprokit.tools.convert import Conversion
+    from reprokit.tools.sweep import SweepResult
 
 __all__ = [
     "Comparison",
