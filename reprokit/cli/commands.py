@@ -286,6 +286,8 @@ def _capture_command(train: bool) -> Any:
     from reprokit.tools.capture import command
 
     return command
+
+
 @reports_errors
 def convert_(
     source: Annotated[Path, typer.Argument(help="the checkpoint to read (any format diff reads)")],

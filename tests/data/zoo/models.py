@@ -11,9 +11,7 @@ from torch import nn
 def mlp():
     """Two linear layers: matches on XLA in float32 and bfloat16."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval(), (
-        torch.randn(2, 8),
-    )
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval(), (torch.randn(2, 8),)
 
 
 class MaskedPositions(nn.Module):
