@@ -163,6 +163,7 @@ def loss_only(program: Any, kind: str) -> Any:
         graph_signature=ExportGraphSignature(signature.input_specs, [*kept, users[0]]),
         state_dict=program.state_dict, range_constraints=program.range_constraints,
         module_call_graph=call_graph, example_inputs=None, constants=program.constants,
+        verifiers=program.verifiers,  # training IR: in-place buffer updates (BatchNorm)
     )  # fmt: skip
 
 

@@ -217,3 +217,29 @@ def test_frozen_parameters_are_captured_without_gradients(tmp_path):
     program = torch.export.load(case.with_suffix(".pt2"))
     grads = [s.target for s in program.graph_signature.output_specs if s.kind.name != "LOSS_OUTPUT"]
     assert grads == ["fc1.weight", "fc1.bias"]
+
+
+def test_state_dict_is_loaded_before_the_training_step_is_captured(tmp_path):
+    """The seed's flow: a checkpoint (trained elsewhere), trained on from there."""
+    from reprokit.tools.capture import load_factory
+
+    model = load_factory(f"{MODELS}:elu")[0]
+    trained = {k: v + 1 for k, v in model.state_dict().items()}
+    torch.save(trained, tmp_path / "trained.pt")
+    case = command(f"{MODELS}:elu", out_dir=tmp_path / "case", state_dict=tmp_path / "trained.pt")
+    program = torch.export.load(case.with_suffix(".pt2"))
+    assert program.state_dict.keys() == trained.keys()
+    assert all(torch.equal(program.state_dict[k], v) for k, v in trained.items())
+
+
+def test_batch_norm_statistics_are_outputs_carried_from_step_to_step(tmp_path):
+    """BatchNorm's running statistics (updated in place in training mode) are outputs of the
+    joint program, saved as buffer.<name>, and the next step starts from them."""
+    case = command(f"{MODELS}:batch_norm", out_dir=tmp_path)
+    script = _script(case, tmp_path, steps=2, spmd=False)
+    graph, inputs, names = script.prepare(torch.device("cpu"), None)
+    assert names[-10:-7] == [f"buffer.bn.{b}" for b in ("running_mean", "running_var",
+                                                        "num_batches_tracked")]  # fmt: skip
+    tensors = script.train(graph, inputs, names)
+    assert tensors["buffer.bn.num_batches_tracked"] == 1  # after the first step
+    assert inputs["bn.num_batches_tracked"] == 2 and "loss.step2" in tensors  # after the second

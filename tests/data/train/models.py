@@ -125,3 +125,19 @@ def frozen():
     for parameter in [*model.fc2.parameters(), *model.spare.parameters()]:
         parameter.requires_grad_(False)
     return model, batch
+
+
+class Normalized(nn.Module):
+    """BatchNorm in training mode: its statistics are buffers the step updates in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.bn, self.out = nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(self.out(self.bn(self.fc(x))).squeeze(-1), y)
+
+
+def batch_norm():
+    torch.manual_seed(0)
+    return Normalized().train(), (torch.randn(16, 8), torch.randn(16))
