@@ -95,6 +95,14 @@ def test_render_to_file_and_stdout_agree(cli, tmp_path):
     assert "LAYERS, HIDDEN = 3, 32" in to_stdout.stdout
 
 
+def test_render_into_a_new_folder_makes_it_and_into_a_folder_says_so(cli, tmp_path):
+    made = cli("render", "xser_to_spmd", "-o", tmp_path / "new" / "repro.py")
+    assert made.exit_code == 0 and (tmp_path / "new" / "repro.py").is_file()
+    folder = cli("render", "xser_to_spmd", "-o", tmp_path / "new")
+    assert folder.exit_code == 2 and "is a folder" in folder.stderr
+    assert "Traceback" not in folder.output
+
+
 def test_render_of_a_matrix_asks_which_variant(cli, write_case):
     path = write_case(
         '[case]\ntitle = "t"\ntemplate = "echo"\n[params]\nmessage = "m"\n'

@@ -113,6 +113,9 @@ def render_(
     if output is None:
         typer.echo(script, nl=False)
         return
+    if output.is_dir():
+        raise ReprokitError(f"{output} is a folder", hint="Give -o the script's file name.")
+    output.parent.mkdir(parents=True, exist_ok=True)  # -o new/repro.py makes new/
     output.write_text(script, encoding="utf-8")
     beside = [path.name for path in variant.copy_files(output.parent)]  # the script opens them
     also = f", and {', '.join(beside)} beside it" if beside else ""
