@@ -56,6 +56,12 @@ def cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         "ints": (torch.arange(6), torch.arange(6).flip(0), torch.arange(6)),
         "equal bools": (torch.tensor([True, False]),) * 3,
         "nan on both sides": (torch.tensor([NAN, 1.0]),) * 2 + (torch.tensor([1.0, 1.0]).double(),),
+        "cumsum of bools: bool on XLA": (torch.tensor([1, 2, 3]), torch.tensor([True] * 3),
+                                         torch.tensor([1, 2, 3])),
+        "equal values, other dtype": (torch.tensor([1, 1]), torch.tensor([True, True]),
+                                      torch.tensor([1, 1])),
+        "ints: XLA is float64's, CPU off": (torch.tensor([0, 1, 3]), torch.tensor([0, 1, 2]),
+                                            torch.tensor([0, 1, 2])),
     }  # fmt: skip
 
 
@@ -74,6 +80,9 @@ def test_the_short_verdict_and_the_harness_agree(tol):
         assert rule(*triples["3x for few elements"])[0] and rule(*triples["3x for 1x1 images"])[0]
         assert not rule(*triples["2x for a large float32"])[0]
         assert "error against float64: XLA" in rule(*triples["far"])[1]
+    assert rule(*triples["equal values, other dtype"]) == (False, "dtype torch.bool on XLA, "
+                                                           "torch.int64 on CPU")  # fmt: skip
+    assert not rule(*triples["cumsum of bools: bool on XLA"])[0]  # no allclose of bool and int
 
 
 def test_each_input_is_written_as_the_shortest_thing_that_is_still_the_programs():
