@@ -77,6 +77,8 @@ def verdict(
     skipped = next((r for r in ordered if r.status is Status.SKIPPED), None)
     if failed is not None:
         outcome, reason = failed.status.outcome, reason or f"{failed.name} {failed.ended()}"
+    elif not ordered:  # nothing ran, so nothing agreed: never a match
+        outcome, reason = Outcome.ERROR, reason or "no stage ran"
     elif compared.problem is not None:
         outcome, reason = Outcome.ERROR, compared.problem
     elif skipped is not None:

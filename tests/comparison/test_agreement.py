@@ -10,10 +10,10 @@ import pytest
 import torch
 from conftest import TEST_TEMPLATES
 
-from reprokit.comparison.verdict import compare_stages
+from reprokit.comparison.verdict import compare_stages, verdict
 from reprokit.generate.render import render
 from reprokit.generate.variants import load_variants
-from reprokit.records import Stage, StageResult, Status
+from reprokit.records import Outcome, Stage, StageResult, Status
 
 NAN, INF = float("nan"), float("inf")
 
@@ -111,3 +111,11 @@ def test_script_and_harness_agree(tmp_path, write_case, method):
     # integers judged with the float64 run in view: the target equal to it is not the one off
     assert harness["index_ref_off"].allclose is (method == "fp64")
     assert not harness["index_target_off"].allclose
+
+
+def test_a_variant_without_a_stage_is_an_error_never_a_match(tmp_path):
+    """Seen once under -n 2 (a Python SystemError ended the run): a variant recorded with no
+    stages was judged a match, since no comparison disagreed."""
+    (variant,) = load_variants(["xser_to_spmd"])
+    found = verdict(variant, [], {}, tmp_path, 0.0)
+    assert (found.outcome, found.reason) == (Outcome.ERROR, "no stage ran")
