@@ -212,3 +212,11 @@ def test_the_run_options_build_the_options_reprokit_run_always_built():
     assert (built.templates, built.shared_dir) == ((Path("t"),), Path("s"))
     with pytest.raises(ReprokitError, match="--executor 'k8s': not one of local, ray"):
         build_options({"executor": "k8s", "xla_device": "CPU"})
+
+
+def test_python_source_is_parsed_only_under_the_one_lock():
+    """ast.parse from two threads at once can fail before Python 3.12 (gh-106905: seen twice
+    in this runner's threads); infra/python_source.py holds the lock every parse must take."""
+    callers = [path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+               if "ast.parse(" in path.read_text("utf-8")]  # fmt: skip
+    assert callers == ["infra/python_source.py"]

@@ -17,6 +17,8 @@ import json
 import re
 from collections.abc import Collection, Mapping
 
+from reprokit.infra.python_source import parse_python
+
 FROM_CASE = "# From the case's [variables]:"
 FROM_RUN = "# Exported where reprokit ran:"
 
@@ -77,7 +79,7 @@ def with_variables(script: str, variables: Mapping[str, str], case: Collection[s
 
 def _first_statement(script: str) -> int | None:
     """The 0-based line of the first statement that runs something, or None (there is none)."""
-    body = ast.parse(script).body
+    body = parse_python(script).body  # in the runner's threads too
     for index, node in enumerate(body):
         docstring = (
             index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)

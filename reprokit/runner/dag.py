@@ -10,12 +10,12 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
-import threading
 from collections.abc import Iterable
 from typing import Any
 
 from reprokit.environment.specs import parse_env
 from reprokit.errors import ReprokitError
+from reprokit.infra.python_source import parse_python
 from reprokit.records import Stage, StageResult, Status
 from reprokit.runner.backends import BACKENDS
 
@@ -60,17 +60,6 @@ def read_stages(source: str) -> list[Stage] | None:
             with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError):
                 literals[target] = ast.literal_eval(value)
     return None
-
-
-_PARSING = threading.Lock()
-
-
-def parse_python(source: str) -> ast.Module:
-    """ast.parse, one thread at a time: before Python 3.12 it is not thread-safe (CPython
-    gh-106905: "AST constructor recursion depth mismatch" when two threads parse at once),
-    and the runner's worker threads read scripts side by side."""
-    with _PARSING:
-        return ast.parse(source)
 
 
 def _names(node: ast.AST, name: str) -> bool:

@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.environment.variables import RUNTIME_READ
+from reprokit.infra.python_source import parse_python
 from reprokit.records import Status
 from reprokit.runner import signals
-from reprokit.runner.dag import parse_python
 from reprokit.runner.options import Options
 from reprokit.runner.procs import Ended, supervise
 from reprokit.runner.stage import LIST_STAGES, WARM, Launch, LocalExecutor, StageJob, cold
@@ -211,7 +211,7 @@ def _top_imports(script: Path) -> frozenset[str]:
 def _parsed_imports(script: str, _mtime: int, _size: int) -> frozenset[str]:
     """The top-level packages a script imports in its module body (ast, nothing run)."""
     try:
-        tree = parse_python(Path(script).read_text("utf-8"))  # thread-safe: see dag.py
+        tree = parse_python(Path(script).read_text("utf-8"))  # thread-safe: see python_source.py
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return frozenset()
     found = set()
