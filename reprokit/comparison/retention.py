@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 AROUND = 2  # recorded operations kept on each side of a first divergence
 TENSORS, SUMMARIES = "tensors.pt", "tensors.json"
+UNCHANGED = "unchanged"  # a cache entry for a file that had nothing to leave out
 
 
 def reduce_variant(folder: Path, result: VariantResult, *, cached: bool = True) -> int:
@@ -87,15 +88,19 @@ def _reduce(stage_dir: Path, droppable: set[str], store: Store | None) -> int:
     code = file_digest(Path(__file__))  # another way of reducing: other files
     key = Store.key(file_digest(path), sorted(droppable), code) if store else ""
     entry = store.get_folder(key) if store else None
+    if entry is not None and (entry / UNCHANGED).exists():
+        return 0  # none of the droppable names is in it (a faithful stage: outputs only)
     if entry is not None:
         for name in (TENSORS, SUMMARIES):
             _replace(stage_dir / name, lambda temp, n=name: shutil.copyfile(entry / n, temp))
         return len(read_summaries(stage_dir))
     dropped = _rewrite(path, droppable)
-    if dropped and store is not None:
+    if store is not None:  # what was found either way, so that a re-run needs no torch
 
         def fill(entry: Path) -> None:
-            for name in (TENSORS, SUMMARIES):
+            if not dropped:
+                (entry / UNCHANGED).touch()
+            for name in (TENSORS, SUMMARIES) if dropped else ():
                 shutil.copyfile(stage_dir / name, entry / name)
 
         store.put_folder(key, fill)  # None: another run kept it first, or the disk is full
