@@ -326,9 +326,11 @@ def command(
     out_dir: Path | str = ".",
     state_dict: Path | str | None = None,
     random_inputs: bool = False,
+    capturing: Callable[..., Path] | None = None,
 ) -> Path:
-    """``reprokit capture FILE.py:FUNCTION``: the case file written (name: FUNCTION's)."""
+    """``reprokit capture FILE.py:FUNCTION``: the case file written (name: FUNCTION's);
+    ``capturing``: what captures the model (:func:`capture`, or train.py's training step)."""
     module, args, kwargs = load_factory(spec)
     name = name or spec.rpartition(":")[2]
     options = {"out_dir": out_dir, "state_dict": state_dict, "random_inputs": random_inputs}
-    return capture(module, args, kwargs, name=name, **options)
+    return (capturing or capture)(module, args, kwargs, name=name, **options)

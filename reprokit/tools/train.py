@@ -40,9 +40,9 @@ from reprokit.tools.capture import (
     SEED,
     _inputs_record,
     _staged,
-    load_factory,
     load_state_dict,
 )
+from reprokit.tools.capture import command as capture_command
 from reprokit.tools.export import _draws, export
 from reprokit.tools.program_file import check_program
 
@@ -347,16 +347,6 @@ def _case_text(module: Any, name: str, random_inputs: bool) -> str:
     )
 
 
-def command(
-    spec: str,
-    *,
-    name: str | None = None,
-    out_dir: Path | str = ".",
-    state_dict: Path | str | None = None,
-    random_inputs: bool = False,
-) -> Path:
+def command(spec: str, **options: Any) -> Path:
     """``reprokit capture FILE.py:FUNCTION --train``: the case file written."""
-    module, args, kwargs = load_factory(spec)
-    name = name or spec.rpartition(":")[2]
-    options = {"out_dir": out_dir, "state_dict": state_dict, "random_inputs": random_inputs}
-    return capture_training(module, args, kwargs, name=name, **options)
+    return capture_command(spec, capturing=capture_training, **options)
