@@ -115,6 +115,20 @@ def test_transformer_block_matches_over_three_adam_steps(captured, tmp_path):
     assert saved["loss.step3"] < saved["loss"]  # Adam did train
 
 
+def test_small_mlp_matches_over_three_adam_steps(tmp_path):
+    """GELU and LayerNorm between two linear layers: the loss, every gradient, each step's
+    loss and the parameters after the last step agree in float32."""
+    case = command(f"{MODELS}:mlp", out_dir=tmp_path)
+    result = run_case(case, tmp_path / "run", steps=3, optimizer="adam", lr=1e-3, spmd=False)
+    assert result.outcome.value == "match", result.first_divergence
+    names = {c.tensor for c in result.comparisons if c.target == "xla"}
+    grads = {n for n in names if n.startswith("grad.")}
+    layers = ("fc1", "act.1", "fc2")  # act.1: the LayerNorm
+    assert grads == {f"grad.{layer}.{p}" for layer in layers for p in ("weight", "bias")}
+    assert {"loss", "loss.step2", "loss.step3"} <= names
+    assert {"param." + g[len("grad.") :] for g in grads} <= names
+
+
 def test_fault_in_a_backward_op_is_the_first_divergence(captured, tmp_path):
     """A test-owned fault (perturb_node) in the backward of the block's second LayerNorm:
     the first to differ, named as backward, every forward op agreeing."""
