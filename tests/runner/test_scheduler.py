@@ -464,6 +464,8 @@ def test_a_stage_waiting_for_its_warm_server_leaves_its_slot_to_other_work(tmp_p
     options = Options(jobs=2, cache=False, templates=(template.parent,))
     warming = Warming(cpu_stages=3)
     run(variants, run_dir=tmp_path / "run", options=options, executor=warming)
-    assert warming.started[:4] == ["a/xla", "a/cpu", "b/cpu", "c/cpu"]
-    assert sorted(warming.started[4:]) == ["b/xla", "c/xla"]
+    # whichever variant is listed first starts the server (listing runs side by side); every
+    # CPU stage then starts before a second XLA stage does
+    xla_at = [i for i, started in enumerate(warming.started) if started.endswith("/xla")]
+    assert xla_at[0] <= 1 and xla_at[1:] == [4, 5], warming.started
     assert not warming.waited_out  # the CPU stages ran meanwhile: none waited the import out
