@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+from standalone import run_alone
 
 from reprokit.generate.selection import load_variant
 from reprokit.records import MinimizeResult, Outcome, StageResult, Status, VariantResult
@@ -48,21 +48,6 @@ def ops_in(script: Path) -> list[str]:
     """The aten calls of a minimal repro.py, one a line."""
     return [line.split("=")[0].strip() for line in script.read_text().splitlines()
             if " = torch.ops." in line]  # fmt: skip
-
-
-def run_alone(folder: Path, script: str = "repro.py") -> subprocess.CompletedProcess:
-    """The script copied alone (with the short repro's inputs.pt or the stage version's
-    inputs file, if any) into an empty folder, run without reprokit."""
-    alone = folder.parent / f"alone-{folder.name}-{script}"
-    alone.mkdir()
-    for name in (script, "inputs.pt", "repro_stages.inputs.pt"):
-        if (folder / name).is_file():
-            (alone / name).write_bytes((folder / name).read_bytes())
-    env = {"PATH": "/usr/bin:/bin", "PJRT_DEVICE": "CPU", "HOME": str(alone)}
-    return subprocess.run(
-        [sys.executable, "-I", script], cwd=alone, env=env, capture_output=True, text=True,
-        timeout=300, check=False,
-    )  # fmt: skip
 
 
 def test_perturbed_node_deep_in_a_stack_shrinks_to_a_few_operations(cli, tmp_path):

@@ -162,9 +162,11 @@ def _wrote(graph: GraphShrink | None) -> str:
     if graph is None:
         return "minimal.toml and repro.py"
     why = graph.short_inputs.removeprefix("stored").strip(" ()")
-    said = {"random": " (seeded random inputs: they show it too)", "literals": "", "": ""}
-    inputs = said.get(graph.short_inputs, f" (it reads inputs.pt{': ' + why if why else ''})")
-    return f"minimal.pt2, minimal.toml, repro.py{inputs} and repro_stages.py"
+    said = {"random": "seeded random inputs: they show it too", "literals": "", "": ""}
+    inputs = said.get(graph.short_inputs, f"it reads inputs.pt{': ' + why if why else ''}")
+    notes = ["the gradient by torch.autograd"] * graph.by_autograd + [inputs] * bool(inputs)
+    shown = f" ({'; '.join(notes)})" if notes else ""
+    return f"minimal.pt2, minimal.toml, repro.py{shown} and repro_stages.py"
 
 
 @reports_errors

@@ -43,6 +43,8 @@ class GraphShrink:
     # how the short repro.py writes its inputs: "literals", "random" (seeded draws, checked to
     # show the outcome), "stored (why)" (it reads inputs.pt beside it); "" in older records
     short_inputs: str = ""
+    # a training capture's backward operations written as torch.autograd computes them
+    by_autograd: bool = False
 
     @property
     def removed_nothing(self) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from standalone import run_alone
 
 import reprokit
 from reprokit.errors import ReprokitError
@@ -94,8 +95,49 @@ def test_minimize_shrinks_the_elu_step_to_its_backward_op(cli, captured, tmp_pat
     record = json.loads((out / "summary.json").read_text())["run"]["minimized"]
     assert record["target"] == "mismatch (node.#.bwd.elu_backward)"
     assert record["graph"]["nodes"][1] <= 5, record["graph"]
-    repro = (out / "repro.py").read_text()
-    assert "torch.ops.aten.elu_backward.default(" in repro
+    assert record["graph"]["by_autograd"] and "the gradient by torch.autograd" in result.output
+    repro = (out / "repro.py").read_text()  # as training meets it: autograd picks the kernel
+    assert "torch.ops.aten.elu.default(" in repro and "torch.autograd.grad(" in repro
+    assert "elu_backward.default" not in repro and "elu_backward.default" in (
+        out / "repro_stages.py").read_text()  # fmt: skip
+    alone = run_alone(out)
+    assert alone.returncode == 1, alone.stdout + alone.stderr
+    assert re.search(r"^grad\.\w+: XLA DIFFERS, error against float64", alone.stdout, re.M)
+
+
+def test_a_layer_norm_backward_is_written_with_its_forward_and_weights(captured, tmp_path):
+    """The autograd form of a backward op whose forward returns several results (layer
+    norm's output, mean, rstd) and reads weights: the gradient flows into the output only,
+    every floating input gets its gradient, and the block's float32 step agrees on XLA."""
+    from reprokit.tools.minimize.graph import gradient, program, short
+    from reprokit.tools.minimize.graph.program import State
+
+    original = program.load(captured["block"].with_suffix(".pt2"))
+    ops = original.ops()
+    at = ops.index("native_layer_norm_backward_default")
+    state = State(ops[at : at + 4], ops[at + 1 : at + 4])  # the op and its three results
+    found = gradient.of(original, state)
+    assert found is not None and found.backward == ("native_layer_norm_backward_default",)
+    ((result, source),) = found.grads  # into the normalized output alone
+    assert original.nodes[result].args[1] == 0 and original.nodes[ops[at]].args[0].name == source
+    (variant,) = variants(load_case(captured["block"]), {})
+    inputs = short.plan(gradient.values(original, found), random=True)
+    script = short.short_repro(original, state, variant, inputs, None, gradient=found)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "repro.py").write_text(script)
+    alone = run_alone(tmp_path / "m")
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    names = re.findall(r"^(grad\.\w+): agrees", alone.stdout, re.M)
+    assert len(names) == 3 and any("weight" in n for n in names), alone.stdout
+
+
+def test_a_subgraph_with_a_forward_op_keeps_its_aten_calls(captured):
+    from reprokit.tools.minimize.graph import gradient, program
+    from reprokit.tools.minimize.graph.program import State
+
+    original = program.load(captured["elu"].with_suffix(".pt2"))
+    assert gradient.of(original, State(("elu_backward",), ("elu_backward",))) is not None
+    assert gradient.of(original, State(("elu", "elu_backward"), ("elu_backward",))) is None
 
 
 def test_transformer_block_matches_over_three_adam_steps(captured, tmp_path):

@@ -33,7 +33,7 @@ from reprokit.records.minimize import GraphShrink, Step
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted
 from reprokit.tools.minimize.cache import Cache
-from reprokit.tools.minimize.graph import program, script, short
+from reprokit.tools.minimize.graph import gradient, program, script, short
 from reprokit.tools.minimize.graph.program import State
 from reprokit.tools.minimize.graph.search import Programs, strategies
 from reprokit.tools.minimize.output import result_of, write_out
@@ -135,13 +135,17 @@ def write(
     minimal = variant.with_params({**params, "program": str(out_dir / "minimal.pt2")})
     text, stored = script.standalone(original, best, minimal, programs.perturbed)
     checking = graph.target if graph and stopped != "interrupted" else None  # Ctrl-C: no run
-    inputs, said = short_inputs(programs, runner, best, params, checking)
-    values = short.values_read(original, best)
-    pasted = short.short_repro(original, best, minimal, inputs, programs.perturbed)
+    by_autograd = gradient_repro(programs, runner, best, minimal, checking)
+    if by_autograd is not None:
+        pasted, pasted_stored, said = by_autograd
+    else:
+        inputs, said = short_inputs(programs, runner, best, params, checking)
+        pasted = short.short_repro(original, best, minimal, inputs, programs.perturbed)
+        pasted_stored = short.stored(inputs, short.values_read(original, best))
 
     def write_scripts(folder: Path) -> None:
         script.write(folder, text, stored)
-        short.write(folder, pasted, short.stored(inputs, values))
+        short.write(folder, pasted, pasted_stored)
 
     record = result_of(
         variant,
@@ -151,7 +155,7 @@ def write(
         lines=(render(variant).count("\n"), pasted.count("\n")),
         seconds=seconds,
         stopped=stopped,
-        graph=_shrunk(programs, best, graph.steps if graph else {}, said),
+        graph=_shrunk(programs, best, graph.steps if graph else {}, said, by_autograd is not None),
     )
     last = chosen or graph  # the parameter search, once it started, has the last result
     kept = last.best_result if last else None
@@ -189,6 +193,32 @@ def short_inputs(
     return short.plan(values, random=False), f"stored ({why})"
 
 
+def gradient_repro(
+    programs: Programs, runner: Runner, best: State, minimal: Variant, target: Target | None
+) -> tuple[str, dict[str, Any], str] | None:
+    """The short repro by torch.autograd (:mod:`~reprokit.tools.minimize.graph.gradient`) of
+    a mismatching subgraph of backward operations, when it shows the difference run alone
+    (seeded random inputs first, then the recorded ones: a run each): the script, what its
+    inputs.pt holds, how it writes its inputs. None: the aten calls' repro is written."""
+    original = programs.original
+    if target is None or target.outcome is not Outcome.MISMATCH or minimal.env is not None:
+        return None  # a failure, a stopped search, another release: no run to check it with
+    found = gradient.of(original, best) if programs.perturbed not in best.ops else None
+    if found is None:
+        return None
+    values = gradient.values(original, found)
+    for random in (True, False):
+        inputs = short.plan(values, random=random)
+        drawn = any(s.kind in ("randn", "randint") for s in inputs)
+        if random and not drawn:
+            continue
+        text = short.short_repro(original, best, minimal, inputs, None, gradient=found)
+        stored = short.stored(inputs, values)
+        if gradient.reproduces(text, stored, runner.options, runner.out_dir / "gradient"):
+            return text, stored, "random" if drawn else "stored" if stored else "literals"
+    return None
+
+
 def _saved(original: program.Original, state: State, path: Path) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -199,10 +229,14 @@ def _saved(original: program.Original, state: State, path: Path) -> bool:
 
 
 def _shrunk(
-    programs: Programs, best: State, steps: dict[str, list[int]], short_inputs: str
+    programs: Programs,
+    best: State,
+    steps: dict[str, list[int]],
+    short_inputs: str,
+    by_autograd: bool,
 ) -> GraphShrink:
     """What the program lost (operations, inputs, weights: before -> after), what each
-    strategy cost, and how the short repro writes its inputs."""
+    strategy cost, how the short repro writes its inputs and whether by autograd."""
     original = programs.original
     before = program.counts(original, State(original.ops(), original.outputs()))
     after = program.counts(original, best)
@@ -212,4 +246,5 @@ def _shrunk(
         weights=(before[2], after[2]),
         steps=tuple(Step(k, runs, removed) for k, (runs, removed) in steps.items()),
         short_inputs=short_inputs,
+        by_autograd=by_autograd,
     )

@@ -14,6 +14,10 @@ shape, dtype, mean and spread (integers: the same range) when ``random`` holds (
 checks that the outcome reproduces with them, through the same oracle, before it writes
 them: :func:`drawn` makes the very values the script will draw), else the recorded value from
 ``inputs.pt`` beside the script, which the script then says it needs.
+
+A training capture's subgraph of backward operations is written as training computes it
+instead: its forward operations and ``torch.autograd.grad`` (``gradient``, a
+:class:`~reprokit.tools.minimize.graph.gradient.Gradient`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from reprokit.generate.render import environment
 from reprokit.generate.templates import template_dirs
 from reprokit.generate.variables import with_variables
 from reprokit.generate.variants import Variant
+from reprokit.tools.minimize.graph.gradient import Gradient
 from reprokit.tools.minimize.graph.program import Original, State
 from reprokit.tools.minimize.graph.script import _line, _var
 
@@ -133,15 +138,20 @@ def short_repro(
     variant: Variant,
     inputs: list[Input],
     perturbed: str | None,
+    gradient: Gradient | None = None,
 ) -> str:
-    """The short repro.py of ``state`` run as ``variant`` says, with the variables the variant
-    runs with set before torch is imported (as every rendered script sets them)."""
+    """The short repro.py of ``state`` run as ``variant`` says (``gradient``: by autograd),
+    with the variables the variant runs with set before torch is imported (as every rendered
+    script sets them)."""
     ops = [n for n in state.ops if program.is_tensor_op(original, n)]
     before = sum(program.is_tensor_op(original, n) for n in original.ops())
     atol = variant.compare.get("atol")
+    described = f"{len(ops)} of {before} operations"
+    if gradient is not None:
+        described += f" ({', '.join(_op(original, n) for n in gradient.backward)}) by autograd"
     context = {
         "title": f"{variant.case.title} (minimized)",
-        "description": f"{len(ops)} of {before} operations",
+        "description": described,
         "random": any(s.kind in ("randn", "randint") for s in inputs),
         "stored": any(s.kind == "stored" for s in inputs),
         "inputs": [s.context() for s in inputs],
@@ -151,9 +161,35 @@ def short_repro(
         "tol_said": "the fp64 method's default" if atol is None else "the case's atol",
         "lines": [_line(original, n, perturbed) for n in state.ops],
         "results": [{"var": _var(n)} for n in ops],
+        "autograd": None,
     }
+    if gradient is not None:
+        context |= {"lines": [_line(original, n, None) for n in gradient.forward],
+                    "autograd": _autograd(original, gradient)}  # fmt: skip
     text = rendered(context, (variant.template.path.parent,))
     return with_variables(text, variant.variables, variant.case_variables)
+
+
+def _autograd(original: Original, gradient: Gradient) -> dict[str, Any]:
+    """What the template's autograd lines name: the leaves that require grad, the forward
+    results, their incoming gradients, the names of the gradients returned."""
+    import torch
+
+    values = {n: original.values[n] for n in gradient.leaves}
+    floating = [
+        n for n, v in values.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+    ]
+    return {
+        "leaves": [_var(n) for n in floating],
+        "results": [_var(r) for r, _ in gradient.grads],
+        "grads": [_var(gradient.grad_key(r)) for r, _ in gradient.grads],
+        "names": [f"grad.{n}" for n in floating],
+        "backward": ", ".join(dict.fromkeys(_op(original, n) for n in gradient.backward)),
+    }
+
+
+def _op(original: Original, name: str) -> str:
+    return program.op_name(original.nodes[name])
 
 
 def rendered(context: Mapping[str, Any], dirs: tuple[Path, ...] = ()) -> str:
