@@ -97,9 +97,12 @@ def main() -> None:
               f"ratio {folders[0] / folders[1]:.1f}")  # fmt: skip
 
 
-def folder_size(folder: Path) -> int:
-    """Bytes of the regular files under ``folder``: what a run folder of the variant holds."""
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+def folder_size(folder: Path, *, links: bool = True) -> int:
+    """Bytes of the regular files under ``folder``: what a run folder of the variant holds;
+    ``links=False``: its own bytes only, a hard link (a run folder's program, linked to the
+    case's file) left out, as it takes no space of its own."""
+    files = [p.stat() for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
+    return sum(f.st_size for f in files if links or f.st_nlink == 1)
 
 
 if __name__ == "__main__":

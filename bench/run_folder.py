@@ -7,9 +7,12 @@ Captures the 6-layer nn.TransformerEncoder of bench/capture.py, writes two cases
 (``nodes = "all"`` and ``nodes = "outputs"``) and runs them with ``reprokit run`` into one
 fresh results cache: ``all`` reduced, ``all`` again with --keep-tensors (its stages reused
 from the cache: what the run folder held before tensors were reduced), ``outputs``. Prints
-each run folder's size (every regular file: scripts, the program's copy, every stage's files),
-the ratios to the kept one (goal: at most 0.1), and that the verdicts and first divergences
-agree. The peak memory and time of each stage are bench/capture.py's.
+each run folder's size, with every regular file (scripts, the program, every stage's files)
+and with its own bytes only (the program is a hard link to the case's file, as the run folder
+lays it out since round 3: no second copy), the ratio of each to the kept folder with every
+file (today's folder before tensors were reduced and the program linked; goal: at most 0.1),
+and that the verdicts and first divergences agree. The peak memory and time of each stage are
+bench/capture.py's.
 """
 
 from __future__ import annotations
@@ -57,14 +60,17 @@ def main() -> None:
             "all, kept": run(case, Path(tmp) / "kept", env, "--keep-tensors"),
             "outputs only": run(outputs, Path(tmp) / "outputs", env),
         }
-        sizes = {name: folder_size(Path(tmp) / folder) for name, folder in
-                 zip(rows, ("reduced", "kept", "outputs"), strict=True)}  # fmt: skip
+        folders = dict(zip(rows, ("reduced", "kept", "outputs"), strict=True))
+        every = {name: folder_size(Path(tmp) / f) for name, f in folders.items()}
+        own = {name: folder_size(Path(tmp) / f, links=False) for name, f in folders.items()}
+        today = every["all, kept"]
         print(f"6-layer encoder ({args.layers} layers, batch {args.batch}, seq {args.seq}):")
+        print(f"  {'':<14}{'every file':>12}{'ratio':>7}{'own bytes':>12}{'ratio':>7}")
         for name, (seconds, variant) in rows.items():
-            ratio = sizes[name] / sizes["all, kept"]
-            print(f"  {name:<14}{sizes[name] / 2**20:9.1f} MiB  ratio {ratio:.3f}  "
-                  f"{seconds:6.1f} s  {variant['outcome']}, first divergence "
-                  f"{variant['first_divergence']}")  # fmt: skip
+            first = variant["first_divergence"]
+            print(f"  {name:<14}{every[name] / 2**20:8.1f} MiB{every[name] / today:7.3f}"
+                  f"{own[name] / 2**20:8.1f} MiB{own[name] / today:7.3f}  {seconds:6.1f} s  "
+                  f"{variant['outcome']}, first divergence {first}")  # fmt: skip
         same = [rows[n][1][k] for n in ("all, reduced", "all, kept") for k in
                 ("outcome", "first_divergence", "comparisons")]  # fmt: skip
         print(f"  reduced and kept agree (outcome, first divergence, comparisons): "

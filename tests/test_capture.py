@@ -322,6 +322,24 @@ def test_run_and_report_name_the_first_diverging_operation(captured, tmp_path):
     assert plots.startswith("<figure><svg")
 
 
+def test_a_run_folder_links_the_program_and_a_new_capture_leaves_it(tmp_path):
+    """The run folder holds no second copy of the program: a hard link to the case's. A new
+    capture under the same name replaces the case's file, so the run folder keeps what ran."""
+    from reprokit.runner.options import Options
+    from reprokit.runner.prepare import prepare
+
+    case = command(f"{MODELS}:cnn", out_dir=tmp_path / "cases")
+    program = case.with_suffix(".pt2")
+    (variant,) = variants(load_case(case), {})
+    ran = prepare(variant, tmp_path / "run", Options()).folder / program.name
+    assert ran.samefile(program) and not ran.is_symlink()
+    before = ran.read_bytes()
+    command(f"{MODELS}:transformer", name="cnn", out_dir=tmp_path / "cases")
+    assert not ran.samefile(program) and ran.read_bytes() == before != program.read_bytes()
+    prepare(variant, tmp_path / "run", Options())  # run again: the new program, linked
+    assert ran.samefile(program)
+
+
 def test_render_puts_the_program_beside_the_script(cli, tmp_path):
     result = cli("render", "captured_cnn_bf16", "-o", tmp_path / "repro.py")
     assert result.exit_code == 0, result.output

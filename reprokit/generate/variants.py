@@ -97,12 +97,14 @@ class Variant:
         named = (v for k, v in self.params.items() if kinds[k].type == "file" and v)
         return {Path(v).name: Path(v) for v in named}
 
-    def copy_files(self, folder: Path) -> list[Path]:
-        """Put the files its ``file`` parameters name into ``folder``, beside its script."""
+    def copy_files(self, folder: Path, *, link: bool = False) -> list[Path]:
+        """Put the files its ``file`` parameters name into ``folder``, beside its script;
+        ``link``: a captured program as a hard link where the file system allows (a run
+        folder then holds no second copy of a program of tens of MB)."""
         copied = [Path(folder) / name for name in self.files]
         for target, source in zip(copied, self.files.values(), strict=True):
             if not (target.exists() and target.samefile(source)):  # rendered beside its case
-                shutil.copyfile(source, target)
+                _place(source, target, link=link and source.suffix == LINKED_SUFFIX)
         return copied
 
     def script_params(self) -> dict[str, Any]:
@@ -121,6 +123,25 @@ class Variant:
         return {
             k: v for k, v in self.script_params().items() if k not in defaults or defaults[k] != v
         }
+
+
+# Only programs are linked: reprokit writes them by replacing the file (capture, minimize), so
+# a new capture never changes what an earlier run folder holds. A checkpoint is often saved
+# again in place (torch.save opens the same file), which would reach through a link.
+LINKED_SUFFIX = ".pt2"
+
+
+def _place(source: Path, target: Path, *, link: bool) -> None:
+    """``source`` at ``target``: a hard link when asked and possible, else a copy; never
+    written through an earlier link at ``target`` (it is removed first)."""
+    target.unlink(missing_ok=True)
+    if link:
+        try:
+            os.link(source, target)
+            return
+        except OSError:  # another file system, or one without hard links: a copy
+            pass
+    shutil.copyfile(source, target)
 
 
 def variant_of(result: VariantResult, case: Case) -> Variant:

@@ -50,7 +50,7 @@ def prepare(
     shutil.rmtree(folder / "stages", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "repro.py").write_text(script, encoding="utf-8")
-    variant.copy_files(folder)
+    variant.copy_files(folder, link=True)
     case, carried = variant.case.path, folder / CASE_FILE  # merge judges it again from here
     if case.is_file() and not (carried.exists() and carried.samefile(case)):
         shutil.copyfile(case, carried)

@@ -130,6 +130,7 @@ def write(
     best = graph.best if graph else State(original.ops(), original.outputs())
     # the .pt2 of a candidate found in the cache is made now, for minimal.pt2
     made = programs.path(best) if programs.ready(best) else original.path
+    (out_dir / "minimal.pt2").unlink(missing_ok=True)  # a run folder may hold a link to it
     shutil.copyfile(made, out_dir / "minimal.pt2")
     params = chosen.best if chosen else programs.params(best)
     minimal = variant.with_params({**params, "program": str(out_dir / "minimal.pt2")})
