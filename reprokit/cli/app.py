@@ -3,8 +3,11 @@ several commands share, and ``main`` (the console script)."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -151,7 +154,26 @@ _python_show_warning = warnings.showwarning
 def main() -> None:
     """The console script ``reprokit``."""
     signals.install()  # SIGTERM and SIGHUP stop a command as Ctrl-C does: exit 130
+    code: object = 0
     try:
         app()
+    except SystemExit as done:  # typer ends every command so, its exit code chosen
+        code = done.code
     finally:  # the command is done and its exit code chosen: a late signal must not change it
         signals.ignore()
+    _end(code)
+
+
+def _end(code: object) -> None:
+    """Exit with ``code``. Where a command imported torch (a run's comparisons, a report),
+    Python's own teardown of it takes half a second after everything is written (C++
+    destructors, the collection of thousands of objects): the exit handlers still run (they
+    end what libraries started: Ray, thread pools, logging), the streams are flushed, and the
+    process ends without that teardown. atexit._run_exitfuncs is CPython's own; no library
+    offers "exit now, handlers run"."""
+    if "torch" not in sys.modules or not (code is None or isinstance(code, int)):
+        raise SystemExit(code)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)

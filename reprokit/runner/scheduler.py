@@ -18,8 +18,10 @@ SIGHUP stops every child (its whole process group), keeps what finished, and rai
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import enum
 import functools
+import os
 import threading
 import time
 import warnings
@@ -399,6 +401,13 @@ def _prewarm_compare() -> None:
     its comparisons cached too (verdict.py), and torch's import (a second of CPU, 550 MB)
     would be most of its time.
     """
-    threading.Thread(
-        target=import_module, args=("reprokit.comparison.tensors",), daemon=True
-    ).start()
+    threading.Thread(target=_import_behind_the_stages, daemon=True).start()
+
+
+def _import_behind_the_stages() -> None:
+    """The comparisons' import at a lower CPU priority (this thread only, on Linux): at a
+    run's start it would take a core from the warm servers' own imports of torch and
+    torch_xla, which every stage waits for, while the first verdict is seconds away."""
+    with contextlib.suppress(AttributeError, OSError):  # not Linux: as it is
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    import_module("reprokit.comparison.tensors")
