@@ -161,7 +161,6 @@ def short_repro(
         "tol_said": "the fp64 method's default" if atol is None else "the case's atol",
         "lines": [_line(original, n, perturbed) for n in state.ops],
         "results": [{"var": _var(n)} for n in ops],
-        "autograd": None,
     }
     if gradient is not None:
         context |= {"lines": [_line(original, n, None) for n in gradient.forward],
