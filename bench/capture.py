@@ -54,9 +54,10 @@ def stage(script: Path, name: str) -> tuple[float, float]:
     return seconds, usage.ru_maxrss / 1024  # Linux: KiB
 
 
-def rendered(case: Path, folder: Path, nodes: str) -> Path:
+def rendered(case: Path, folder: Path, **params: object) -> Path:
+    """The case's script with ``params``, in ``folder`` with its program beside it."""
     folder.mkdir()
-    (variant,) = variants(load_case(case), {"nodes": nodes})
+    (variant,) = variants(load_case(case), params)
     shutil.copy(case.with_suffix(".pt2"), folder)
     (folder / "repro.py").write_text(render(variant), encoding="utf-8")
     return folder / "repro.py"
@@ -79,7 +80,7 @@ def main() -> None:
         case = capture(model, inputs, name="encoder", out_dir=tmp)
         size = case.with_suffix(".pt2").stat().st_size / 2**20
         print(f"capture: {time.perf_counter() - start:.1f} s, encoder.pt2 {size:.0f} MiB")
-        scripts = {n: rendered(case, Path(tmp) / n, n) for n in ("all", "outputs")}
+        scripts = {n: rendered(case, Path(tmp) / n, nodes=n) for n in ("all", "outputs")}
         print(f"{'stage':<12}{'all s':>8}{'outputs s':>11}{'ratio':>7}"
               f"{'all MiB':>10}{'outputs MiB':>13}{'ratio':>7}")  # fmt: skip
         runs = {name: [stage(scripts[n], name) for n in ("all", "outputs")] for name in STAGES}

@@ -14,22 +14,16 @@ own ``ru_maxrss``), and the ratios training / forward.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from capture import rendered, stage  # bench/capture.py: the same script layout and measurement
 from torch import nn
 from torch.nn import functional as F
 
 import reprokit
-from reprokit.generate.cases import load_case
-from reprokit.generate.render import render
-from reprokit.generate.variants import variants
 
 STAGES = ("ref_fp64", "cpu", "xla")
 
@@ -49,29 +43,6 @@ def encoder(layers: int, d_model: int) -> nn.Module:
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(d_model, 8, 4 * d_model, dropout=0.0, batch_first=True)
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-
-
-def stage(script: Path, name: str) -> tuple[float, float]:
-    """One stage in its own process: its wall seconds and peak resident memory in MiB."""
-    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1")
-    command = [sys.executable, script.name, "--stage", name, "--workdir", "work"]
-    start = time.perf_counter()
-    child = subprocess.Popen(command, cwd=script.parent, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)  # fmt: skip
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status):
-        sys.exit(f"stage {name} failed:\n{child.stderr.read().decode()[-3000:]}")
-    child.stderr.close()
-    return seconds, usage.ru_maxrss / 1024  # Linux: KiB
-
-
-def rendered(case: Path, folder: Path) -> Path:
-    folder.mkdir()
-    (variant,) = variants(load_case(case), {"spmd": False, "nodes": "all"})
-    shutil.copy(case.with_suffix(".pt2"), folder)
-    (folder / "repro.py").write_text(render(variant), encoding="utf-8")
-    return folder / "repro.py"
 
 
 def row(label: str, forward: tuple[float, float], train: tuple[float, float]) -> str:
@@ -99,7 +70,8 @@ def main() -> None:
             )
             size = cases[kind].with_suffix(".pt2").stat().st_size / 2**20
             print(f"capture {kind}: {time.perf_counter() - start:.1f} s, {kind}.pt2 {size:.0f} MiB")
-        scripts = {kind: rendered(case, Path(tmp) / kind) for kind, case in cases.items()}
+        scripts = {kind: rendered(case, Path(tmp) / kind, spmd=False, nodes="all")
+                   for kind, case in cases.items()}  # fmt: skip
         print(f"{'stage':<12}{'fwd s':>9}{'train s':>9}{'ratio':>7}"
               f"{'fwd MiB':>11}{'train MiB':>11}{'ratio':>7}")  # fmt: skip
         for name in STAGES:

@@ -14,16 +14,12 @@ isolated mode compiles one graph per operation, so its time grows with the opera
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from capture import encoder, stage  # bench/capture.py: the same encoder, the same measurement
+from capture import encoder, rendered, stage  # bench/capture.py: the same encoder and measurement
 
-from reprokit.generate.cases import load_case
-from reprokit.generate.render import render
-from reprokit.generate.variants import variants
 from reprokit.tools.capture import capture
 
 STAGES = ("xla", "xla_faithful", "xla_isolated")
@@ -38,12 +34,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
         model, inputs = encoder(args.layers, args.batch, args.seq)
         case = capture(model, inputs, name="encoder", out_dir=tmp)
-        (variant,) = variants(load_case(case), {"isolate": True})
-        folder = Path(tmp) / "run"
-        folder.mkdir()
-        shutil.copy(case.with_suffix(".pt2"), folder)
-        script = folder / "repro.py"
-        script.write_text(render(variant), encoding="utf-8")
+        script = rendered(case, Path(tmp) / "run", isolate=True)
         start = time.perf_counter()
         measured = {name: stage(script, name) for name in STAGES}
         print(f"encoder: {args.layers} layers, batch {args.batch}, seq {args.seq}; "
