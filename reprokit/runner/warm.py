@@ -133,7 +133,7 @@ class WarmExecutor(LocalExecutor):
         with self._lock:
             servers, self._servers = list(self._servers.values()), {}
         for server in servers:
-            server.control.close()
+            server.hang_up()
         for server in servers:
             server.close()
 
@@ -321,10 +321,14 @@ class _Server:
                 pipe.close()
             raise
 
-    def close(self) -> None:
-        """EOF on its control socket (again: closing twice is allowed): it kills what it runs
-        and exits; else it is killed."""
+    def hang_up(self) -> None:
+        """EOF on its control socket: it kills what it runs and exits (not waited for)."""
         self.control.close()
+
+    def close(self) -> None:
+        """Hang up (again, if done already: a socket closes twice) and wait for it to exit;
+        else it is killed."""
+        self.hang_up()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -18,6 +18,7 @@ bundle leaves both out. Budget and Ctrl-C stop it with the best found so far wri
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import shutil
 import time
@@ -215,7 +216,8 @@ def gradient_repro(
             continue
         text = short.short_repro(original, best, minimal, inputs, None, gradient=found)
         stored = short.stored(inputs, values)
-        if gradient.reproduces(text, stored, runner.options, runner.out_dir / "gradient"):
+        written = functools.partial(short.write, script=text, stored_values=stored)
+        if gradient.reproduces(written, runner.options, runner.out_dir / "gradient"):
             return text, stored, "random" if drawn else "stored" if stored else "literals"
     return None
 

@@ -18,6 +18,7 @@ import operator
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ def of(original: Original, state: State) -> Gradient | None:
     leaves = [n for n in dict.fromkeys(leaves) if n not in inside]
     grads = {}
     for result in (n for n in forward if is_tensor_op(original, n)):
-        source = _incoming(original, state, result, inside | set(leaves))
+        source = _incoming(original, ops, state, result, inside | set(leaves))
         if source is not None:
             grads[result] = source
     if not grads:
@@ -77,12 +78,13 @@ def _result_of(original: Original, name: str, origins: set[str]) -> bool:
     return node.target is operator.getitem and node.args[0].name in origins
 
 
-def _incoming(original: Original, state: State, result: str, known: set[str]) -> str | None:
+def _incoming(
+    original: Original, ops: tuple[str, ...], state: State, result: str, known: set[str]
+) -> str | None:
     """The gradient flowing into ``result``: a value a backward operation of ``result``'s
     operation reads that is neither forward nor a leaf, of ``result``'s shape and dtype."""
     node = original.nodes[result]
     made_by = {result, node.args[0].name} if node.target is operator.getitem else {result}
-    ops = original.ops()
     want = node.meta["val"]
     for name in state.ops:
         if ops[mark(original.nodes[name])["forward"]] not in made_by:
@@ -104,17 +106,14 @@ def values(original: Original, gradient: Gradient) -> dict[str, Any]:
     return made
 
 
-def reproduces(script: str, stored: dict[str, Any], options: Options, folder: Path) -> bool:
-    """Run the short repro alone, as a maintainer would (its own folder, XLA as the stages
-    get it): it shows the difference when it says so and exits 1. A raise is not that: it is
-    as likely the repro's fault as XLA's."""
-    import torch
-
+def reproduces(write: Callable[[Path], None], options: Options, folder: Path) -> bool:
+    """Run the short repro alone, as a maintainer would (``write`` puts repro.py and its
+    inputs.pt into a folder of its own; XLA as the stages get it): it shows the difference
+    when it says so and exits 1. A raise is not that: it is as likely the repro's fault as
+    XLA's."""
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as where:
-        (Path(where) / "repro.py").write_text(script, encoding="utf-8")
-        if stored:
-            torch.save({k: v.contiguous() for k, v in stored.items()}, Path(where) / "inputs.pt")
+        write(Path(where))
         env = stage_env("xla", options.xla_device, base=os.environ)
         try:
             done = subprocess.run(
