@@ -1,13 +1,16 @@
 """Capture and run a 6-layer nn.TransformerEncoder (d_model 512): every node saved vs outputs only.
 
-    .venv/bin/python bench/capture.py [--batch 8] [--seq 128] [--layers 6]
+    .venv/bin/python bench/capture.py [--batch 8] [--seq 128] [--layers 6] [--repeat 3]
+    .venv/bin/python bench/capture.py --model torchvision:maxvit_t [--repeat 3]
 
-Captures the encoder (eval mode) with ``reprokit.capture``, renders the case with
+Captures the encoder (eval mode) with ``reprokit.capture``, or a zoo model as ``reprokit
+capture ZOO:NAME`` builds it (its small default inputs), renders the case with
 ``nodes = "all"`` and with ``nodes = "outputs"``, and runs each stage of each
 (``python repro.py --stage S``) as its own process on XLA:CPU, one after the other. Each
 stage's wall time and peak resident memory (``os.wait4``: the child's own rusage, its
 ``ru_maxrss``) are printed side by side, with the ratio all / outputs: what recording every
-intermediate costs. The capture's own time is printed too.
+intermediate costs (``--repeat N``: the medians of N runs of each, taking turns). The
+capture's own time is printed too.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +32,7 @@ from reprokit.generate.cases import load_case
 from reprokit.generate.render import render
 from reprokit.generate.variants import variants
 from reprokit.tools.capture import capture
+from reprokit.tools.zoo import capture_named, parse
 
 STAGES = ("ref_fp64", "cpu", "xla")
 
@@ -73,22 +78,29 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--model", help="a zoo model instead (torchvision:maxvit_t)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each stage: medians")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
         start = time.perf_counter()
-        model, inputs = encoder(args.layers, args.batch, args.seq)
-        case = capture(model, inputs, name="encoder", out_dir=tmp)
+        if args.model:
+            case = capture_named(parse(args.model), name="model", out_dir=tmp)
+        else:
+            model, inputs = encoder(args.layers, args.batch, args.seq)
+            case = capture(model, inputs, name="model", out_dir=tmp)
         size = case.with_suffix(".pt2").stat().st_size / 2**20
-        print(f"capture: {time.perf_counter() - start:.1f} s, encoder.pt2 {size:.0f} MiB")
+        print(f"capture: {time.perf_counter() - start:.1f} s, {case.stem}.pt2 {size:.0f} MiB")
         scripts = {n: rendered(case, Path(tmp) / n, nodes=n) for n in ("all", "outputs")}
         print(f"{'stage':<12}{'all s':>8}{'outputs s':>11}{'ratio':>7}"
               f"{'all MiB':>10}{'outputs MiB':>13}{'ratio':>7}")  # fmt: skip
-        runs = {name: [stage(scripts[n], name) for n in ("all", "outputs")] for name in STAGES}
+        runs = {name: medians(scripts, name, args.repeat) for name in STAGES}
         for name, (every, outputs) in runs.items():
             print(row(name, every, outputs))
         total = [(sum(r[i][0] for r in runs.values()), max(r[i][1] for r in runs.values()))
                  for i in (0, 1)]  # fmt: skip
         print(row("all stages", *total), " (time: the sum; memory: the largest stage)")
+        if args.repeat > 1:
+            print(f"(medians of {args.repeat} runs each, all and outputs taking turns)")
         sizes = [Path(tmp, n, "work", "xla", "tensors.pt").stat().st_size for n in scripts]
         print(f"xla tensors.pt: {sizes[0] / 2**20:.1f} MiB with every node, "
               f"{sizes[1] / 2**20:.1f} MiB outputs only")  # fmt: skip
@@ -96,6 +108,15 @@ def main() -> None:
         print(f"folder (script, program, every stage's files): {folders[0] / 2**20:.1f} MiB "
               f"with every node, {folders[1] / 2**20:.1f} MiB outputs only, "
               f"ratio {folders[0] / folders[1]:.1f}")  # fmt: skip
+
+
+def medians(scripts: dict[str, Path], name: str, repeat: int) -> list[tuple[float, float]]:
+    """The stage of each script run ``repeat`` times, taking turns: median seconds and MiB."""
+    found = {n: [] for n in scripts}
+    for _ in range(repeat):
+        for n, script in scripts.items():
+            found[n].append(stage(script, name))
+    return [tuple(statistics.median(m[i] for m in found[n]) for i in (0, 1)) for n in scripts]
 
 
 def folder_size(folder: Path, *, links: bool = True) -> int:

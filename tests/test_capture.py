@@ -359,3 +359,87 @@ def test_render_into_the_cases_own_folder_leaves_its_program_as_it_is(cli, tmp_p
     assert "Traceback" not in result.output and (tmp_path / "repro.py").is_file()
     program = (tmp_path / "captured_cnn_bf16.pt2").read_bytes()
     assert program == (shipped / "captured_cnn_bf16.pt2").read_bytes()
+
+
+ONE_GRAPH = """
+import sys, torch, torch_xla
+sys.argv = ["repro.py"]
+script = __import__("repro")
+graph, inputs, names = script.prepare(torch_xla.device(), None)
+tensors = script.run(graph, inputs, names, sync=torch_xla.sync)
+torch.save({k: v.cpu() for k, v in tensors.items()}, "one_graph.pt")
+"""
+
+
+def test_xla_computes_the_recorded_results_block_by_block_with_one_graphs_values(
+    captured, tmp_path
+):
+    """The xla stage runs the program in segments, each written as it comes, so that it
+    holds one segment's results and not every operation's. Cut at every part of a block
+    (SEGMENT's first bound 0), the second layer's parts are the first's graphs again (cached
+    compilations), and every recorded result is bitwise the one-graph run's, in its order."""
+    script = render_case(captured["transformer"], tmp_path / "run")
+    text = script.read_text()
+    assert "\nSEGMENT = 16 << 20, 128 << 20" in text
+    script.write_text(text.replace("\nSEGMENT = 16 << 20,", "\nSEGMENT = 0,"))
+    env = {"PATH": "/usr/bin:/bin", "PJRT_DEVICE": "CPU", "HOME": str(tmp_path)}
+    for command in (["repro.py", "--stage", "xla"], ["-c", ONE_GRAPH]):
+        done = subprocess.run([sys.executable, *command], cwd=script.parent, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    stage = tmp_path / "run" / "repro_work" / "xla"
+    evidence = json.loads((stage / "result.json").read_text())["xla"]
+    assert evidence["execute"]["count"] > 4 and evidence["cached"] > 0
+    assert evidence["compile"]["count"] < evidence["execute"]["count"]
+    streamed = torch.load(stage / "tensors.pt", weights_only=True)
+    one_graph = torch.load(script.parent / "one_graph.pt", weights_only=True)
+    assert list(streamed) == list(one_graph) and len(streamed) > 60
+    assert all(torch.equal(streamed[k], one_graph[k]) for k in one_graph)
+    assert sorted(p.name for p in stage.iterdir()) == ["result.json", "tensors.pt"]
+
+
+TENSORS = {
+    "node.0000.add": torch.randn(3, 4),
+    "node.0001.flag": torch.tensor(True),
+    "node.0002.half": torch.randn(5, 2, dtype=torch.bfloat16),
+    "node.0003.empty": torch.zeros(0, 3),
+    "node.0004.index": torch.arange(7),
+    "node.0005.strided": torch.randn(4, 6).t(),
+    "output.0": torch.randn(2, 2000),
+}
+
+
+@pytest.mark.parametrize("skip_data", [True, False], ids=["skip_data", "torch<2.6"])
+def test_tensors_given_one_by_one_are_saved_as_torch_save_does(
+    captured, tmp_path, monkeypatch, skip_data
+):
+    """The harness's save: (name, tensor) pairs are written into the archive as they come,
+    and only the small ones (the metrics) are kept; torch.load reads the file whole and
+    memory-mapped, and a zip tool finds it sound. Before torch 2.6 (no skip_data) they are
+    kept and saved whole."""
+    script = import_script(render_case(captured["cnn"], tmp_path / "run"))
+    if not skip_data:
+        monkeypatch.delattr(torch.serialization, "skip_data")
+    path = tmp_path / "tensors.pt"
+    kept = script.save(iter(TENSORS.items()), path)
+    assert list(kept) == (["node.0001.flag", "node.0004.index"] if skip_data else list(TENSORS))
+    for mmap in (False, True):
+        saved = torch.load(path, weights_only=True, mmap=mmap)
+        assert list(saved) == list(TENSORS)
+        assert all(saved[k].dtype == v.dtype and torch.equal(saved[k], v)
+                   for k, v in TENSORS.items())  # fmt: skip
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None  # every record's CRC
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tensors.pt"]
+
+
+def test_a_stage_failing_half_way_leaves_no_tensors_file(captured, tmp_path):
+    script = import_script(render_case(captured["cnn"], tmp_path / "run"))
+
+    def failing():
+        yield "node.0000.add", torch.randn(3)
+        raise RuntimeError("the stage failed")
+
+    with pytest.raises(RuntimeError, match="the stage failed"):
+        script.save(failing(), tmp_path / "tensors.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

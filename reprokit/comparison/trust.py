@@ -1,7 +1,7 @@
 """The verdict's rules for a captured program's extra XLA stages (docs/verdicts.md).
 
 A stage may have a role towards the instrumented stage it names in ``of`` (the xla stage,
-which makes every operation's result an output of its one graph):
+which makes every operation's result an output of the graphs it runs):
 
 - ``faithful`` (xla_faithful): the program as captured, one graph of its outputs only, as a
   user runs it. Recording changes what XLA compiles (an output cannot be fused away), so the
