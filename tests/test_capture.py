@@ -383,8 +383,8 @@ def test_xla_computes_the_recorded_results_block_by_block_with_one_graphs_values
     assert "\nSEGMENT = 16 << 20, 128 << 20" in text
     script.write_text(text.replace("\nSEGMENT = 16 << 20,", "\nSEGMENT = 0,"))
     env = {"PATH": "/usr/bin:/bin", "PJRT_DEVICE": "CPU", "HOME": str(tmp_path)}
-    for command in (["repro.py", "--stage", "xla"], ["-c", ONE_GRAPH]):
-        done = subprocess.run([sys.executable, *command], cwd=script.parent, env=env,
+    for args in (["repro.py", "--stage", "xla"], ["-c", ONE_GRAPH]):
+        done = subprocess.run([sys.executable, *args], cwd=script.parent, env=env,
                               capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
     stage = tmp_path / "run" / "repro_work" / "xla"
