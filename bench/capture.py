@@ -1,7 +1,7 @@
 """Capture and run a 6-layer nn.TransformerEncoder (d_model 512): every node saved vs outputs only.
 
     .venv/bin/python bench/capture.py [--batch 8] [--seq 128] [--layers 6] [--repeat 3]
-    .venv/bin/python bench/capture.py --model torchvision:maxvit_t [--repeat 3]
+    .venv/bin/python bench/capture.py --model torchvision:maxvit_t --shape 1,3,224,224
 
 Captures the encoder (eval mode) with ``reprokit.capture``, or a zoo model as ``reprokit
 capture ZOO:NAME`` builds it (its small default inputs), renders the case with
@@ -32,7 +32,7 @@ from reprokit.generate.cases import load_case
 from reprokit.generate.render import render
 from reprokit.generate.variants import variants
 from reprokit.tools.capture import capture
-from reprokit.tools.zoo import capture_named, parse
+from reprokit.tools.zoo import capture_named, parse, parse_shape
 
 STAGES = ("ref_fp64", "cpu", "xla")
 
@@ -79,12 +79,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--model", help="a zoo model instead (torchvision:maxvit_t)")
+    parser.add_argument("--shape", help="the zoo model's input shape (1,3,224,224)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each stage: medians")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
         start = time.perf_counter()
         if args.model:
-            case = capture_named(parse(args.model), name="model", out_dir=tmp)
+            named = parse(args.model, shape=parse_shape(args.shape))
+            case = capture_named(named, name="model", out_dir=tmp)
         else:
             model, inputs = encoder(args.layers, args.batch, args.seq)
             case = capture(model, inputs, name="model", out_dir=tmp)

@@ -2,6 +2,7 @@
 default) vs every tensor kept (--keep-tensors) vs outputs only, side by side.
 
     .venv/bin/python bench/run_folder.py [--layers 6] [--batch 2] [--seq 128]
+    .venv/bin/python bench/run_folder.py --model torchvision:maxvit_t
 
 Captures the 6-layer nn.TransformerEncoder of bench/capture.py, writes two cases of it
 (``nodes = "all"`` and ``nodes = "outputs"``) and runs them with ``reprokit run`` into one
@@ -29,6 +30,7 @@ from pathlib import Path
 from capture import encoder, folder_size  # bench/capture.py, beside this file
 
 from reprokit.tools.capture import capture
+from reprokit.tools.zoo import capture_named, parse
 
 
 def run(case: Path, run_dir: Path, env: dict[str, str], *extra: str) -> tuple[float, dict]:
@@ -48,12 +50,18 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--model", help="a zoo model instead (torchvision:maxvit_t)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
         env = {**os.environ, "REPROKIT_CACHE": str(Path(tmp) / "cache")}
-        model, inputs = encoder(args.layers, args.batch, args.seq)
-        case = capture(model, inputs, name="encoder", out_dir=tmp)
-        outputs = case.with_name("encoder_outputs.toml")  # the same case, outputs only
+        if args.model:
+            case = capture_named(parse(args.model), name="model", out_dir=tmp)
+            what = f"{args.model} (its default inputs)"
+        else:
+            model, inputs = encoder(args.layers, args.batch, args.seq)
+            case = capture(model, inputs, name="model", out_dir=tmp)
+            what = f"6-layer encoder ({args.layers} layers, batch {args.batch}, seq {args.seq})"
+        outputs = case.with_name("model_outputs.toml")  # the same case, outputs only
         outputs.write_text(case.read_text().replace("[params]", '[params]\nnodes = "outputs"', 1))
         rows = {
             "all, reduced": run(case, Path(tmp) / "reduced", env),
@@ -64,7 +72,7 @@ def main() -> None:
         every = {name: folder_size(Path(tmp) / f) for name, f in folders.items()}
         own = {name: folder_size(Path(tmp) / f, links=False) for name, f in folders.items()}
         today = every["all, kept"]
-        print(f"6-layer encoder ({args.layers} layers, batch {args.batch}, seq {args.seq}):")
+        print(f"{what}:")
         print(f"  {'':<14}{'every file':>12}{'ratio':>7}{'own bytes':>12}{'ratio':>7}")
         for name, (seconds, variant) in rows.items():
             first = variant["first_divergence"]

@@ -421,7 +421,7 @@ def test_tensors_given_one_by_one_are_saved_as_torch_save_does(
     if not skip_data:
         monkeypatch.delattr(torch.serialization, "skip_data")
     path = tmp_path / "tensors.pt"
-    kept = script.save(iter(TENSORS.items()), path)
+    kept = script.save_tensors(iter(TENSORS.items()), path)
     assert list(kept) == (["node.0001.flag", "node.0004.index"] if skip_data else list(TENSORS))
     for mmap in (False, True):
         saved = torch.load(path, weights_only=True, mmap=mmap)
@@ -441,5 +441,5 @@ def test_a_stage_failing_half_way_leaves_no_tensors_file(captured, tmp_path):
         raise RuntimeError("the stage failed")
 
     with pytest.raises(RuntimeError, match="the stage failed"):
-        script.save(failing(), tmp_path / "tensors.pt")
+        script.save_tensors(failing(), tmp_path / "tensors.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

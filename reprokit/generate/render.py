@@ -30,6 +30,7 @@ from markupsafe import Markup
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.templates import template_dirs
 from reprokit.generate.variables import with_variables
+from reprokit.infra.python_source import parse_python
 
 COMMENT_WIDTH = 96  # a wrapped comment line, "# " included, stays within 98 columns
 # the torch.optim class of each `optimizer` choice of the built-in templates
@@ -177,8 +178,8 @@ def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
         raise ReprokitError(f"cannot render: {exc}", template.path, line) from None
     except SyntaxError as exc:  # with_variables reads the script: it is not Python
         raise _not_python(exc, template.path) from None
-    try:
-        compile(script, f"{variant.label}.py", "exec")
+    try:  # the tree the runner reads the script's stages from next (python_source.py)
+        parse_python(script)
     except SyntaxError as exc:
         raise _not_python(exc, template.path) from None
     return script
