@@ -2,7 +2,7 @@
 default) vs every tensor kept (--keep-tensors) vs outputs only, side by side.
 
     .venv/bin/python bench/run_folder.py [--layers 6] [--batch 2] [--seq 128]
-    .venv/bin/python bench/run_folder.py --model torchvision:maxvit_t
+    .venv/bin/python bench/run_folder.py --model torchvision:maxvit_t --shape 1,3,224,224
 
 Captures the 6-layer nn.TransformerEncoder of bench/capture.py, writes two cases of it
 (``nodes = "all"`` and ``nodes = "outputs"``) and runs them with ``reprokit run`` into one
@@ -30,7 +30,7 @@ from pathlib import Path
 from capture import encoder, folder_size  # bench/capture.py, beside this file
 
 from reprokit.tools.capture import capture
-from reprokit.tools.zoo import capture_named, parse
+from reprokit.tools.zoo import capture_named, parse, parse_shape
 
 
 def run(case: Path, run_dir: Path, env: dict[str, str], *extra: str) -> tuple[float, dict]:
@@ -51,12 +51,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--model", help="a zoo model instead (torchvision:maxvit_t)")
+    parser.add_argument("--shape", help="the zoo model's input shape (1,3,224,224)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
         env = {**os.environ, "REPROKIT_CACHE": str(Path(tmp) / "cache")}
         if args.model:
-            case = capture_named(parse(args.model), name="model", out_dir=tmp)
-            what = f"{args.model} (its default inputs)"
+            named = parse(args.model, shape=parse_shape(args.shape))
+            case = capture_named(named, name="model", out_dir=tmp)
+            what = f"{args.model} (inputs {args.shape or 'of its default shape'})"
         else:
             model, inputs = encoder(args.layers, args.batch, args.seq)
             case = capture(model, inputs, name="model", out_dir=tmp)

@@ -220,3 +220,21 @@ def test_python_source_is_parsed_only_under_the_one_lock():
     callers = [path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
                if "ast.parse(" in path.read_text("utf-8")]  # fmt: skip
     assert callers == ["infra/python_source.py"]
+
+
+def test_a_script_rendered_then_listed_is_parsed_once(tmp_path):
+    """Render checks the script and the runner reads its stages from the same tree: one
+    parse (5 ms a script, a part of an unchanged re-run)."""
+    from reprokit.generate.cases import load_case
+    from reprokit.generate.render import render
+    from reprokit.generate.variants import variants
+    from reprokit.infra.python_source import parse_python
+    from reprokit.runner.dag import read_stages
+
+    (variant, *_) = variants(load_case(PACKAGE.parent / "cases" / "module_forward.toml"), {})
+    parse_python.cache_clear()
+    script = tmp_path / "repro.py"
+    script.write_text(render(variant), encoding="utf-8")
+    assert read_stages(script.read_text("utf-8"))
+    info = parse_python.cache_info()
+    assert (info.misses, info.hits) == (1, 1)
