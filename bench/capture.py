@@ -75,21 +75,12 @@ def row(label: str, every: tuple[float, float], outputs: tuple[float, float]) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--model", help="a zoo model instead (torchvision:maxvit_t)")
-    parser.add_argument("--shape", help="the zoo model's input shape (1,3,224,224)")
+    model_arguments(parser, batch=8)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each stage: medians")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
         start = time.perf_counter()
-        if args.model:
-            named = parse(args.model, shape=parse_shape(args.shape))
-            case = capture_named(named, name="model", out_dir=tmp)
-        else:
-            model, inputs = encoder(args.layers, args.batch, args.seq)
-            case = capture(model, inputs, name="model", out_dir=tmp)
+        case = captured(args, Path(tmp))
         size = case.with_suffix(".pt2").stat().st_size / 2**20
         print(f"capture: {time.perf_counter() - start:.1f} s, {case.stem}.pt2 {size:.0f} MiB")
         scripts = {n: rendered(case, Path(tmp) / n, nodes=n) for n in ("all", "outputs")}
@@ -110,6 +101,23 @@ def main() -> None:
         print(f"folder (script, program, every stage's files): {folders[0] / 2**20:.1f} MiB "
               f"with every node, {folders[1] / 2**20:.1f} MiB outputs only, "
               f"ratio {folders[0] / folders[1]:.1f}")  # fmt: skip
+
+
+def model_arguments(parser: argparse.ArgumentParser, batch: int) -> None:
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--model", help="a zoo model instead (torchvision:maxvit_t)")
+    parser.add_argument("--shape", help="the zoo model's input shape (1,3,224,224)")
+
+
+def captured(args: argparse.Namespace, folder: Path) -> Path:
+    """The case of the encoder, or of ``--model``, captured into ``folder`` as model.toml."""
+    if args.model:
+        named = parse(args.model, shape=parse_shape(args.shape))
+        return capture_named(named, name="model", out_dir=folder)
+    model, inputs = encoder(args.layers, args.batch, args.seq)
+    return capture(model, inputs, name="model", out_dir=folder)
 
 
 def medians(scripts: dict[str, Path], name: str, repeat: int) -> list[tuple[float, float]]:

@@ -27,10 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from capture import encoder, folder_size  # bench/capture.py, beside this file
-
-from reprokit.tools.capture import capture
-from reprokit.tools.zoo import capture_named, parse, parse_shape
+from capture import captured, folder_size, model_arguments  # bench/capture.py, beside it
 
 
 def run(case: Path, run_dir: Path, env: dict[str, str], *extra: str) -> tuple[float, dict]:
@@ -47,22 +44,16 @@ def run(case: Path, run_dir: Path, env: dict[str, str], *extra: str) -> tuple[fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--model", help="a zoo model instead (torchvision:maxvit_t)")
-    parser.add_argument("--shape", help="the zoo model's input shape (1,3,224,224)")
+    model_arguments(parser, batch=2)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
         env = {**os.environ, "REPROKIT_CACHE": str(Path(tmp) / "cache")}
-        if args.model:
-            named = parse(args.model, shape=parse_shape(args.shape))
-            case = capture_named(named, name="model", out_dir=tmp)
-            what = f"{args.model} (inputs {args.shape or 'of its default shape'})"
-        else:
-            model, inputs = encoder(args.layers, args.batch, args.seq)
-            case = capture(model, inputs, name="model", out_dir=tmp)
-            what = f"6-layer encoder ({args.layers} layers, batch {args.batch}, seq {args.seq})"
+        case = captured(args, Path(tmp))
+        what = (
+            f"{args.model} (inputs {args.shape or 'of its default shape'})"
+            if args.model
+            else f"6-layer encoder ({args.layers} layers, batch {args.batch}, seq {args.seq})"
+        )
         outputs = case.with_name("model_outputs.toml")  # the same case, outputs only
         outputs.write_text(case.read_text().replace("[params]", '[params]\nnodes = "outputs"', 1))
         rows = {
