@@ -178,8 +178,8 @@ def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
         raise ReprokitError(f"cannot render: {exc}", template.path, line) from None
     except SyntaxError as exc:  # with_variables reads the script: it is not Python
         raise _not_python(exc, template.path) from None
-    try:  # the tree the runner reads the script's stages from next (python_source.py)
-        parse_python(script)
+    try:  # compiled from the tree the runner reads the stages from next (python_source.py)
+        compile(parse_python(script), f"{variant.label}.py", "exec")
     except SyntaxError as exc:
         raise _not_python(exc, template.path) from None
     return script
