@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -54,7 +55,7 @@ def read_stages(source: str) -> list[Stage] | None:
         for target, value in _pairs(node.targets[0], node.value):
             if target == "STAGES" and stores == [node.targets[0]]:  # bound once, never changed
                 try:
-                    return checked_stages(ast.literal_eval(_Inline(literals).visit(value)))
+                    return checked_stages(ast.literal_eval(_Inline(literals).visit(copy.deepcopy(value))))
                 except ValueError:
                     return None
             with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError):
@@ -80,7 +81,8 @@ def _pairs(target: ast.expr, value: ast.expr) -> list[tuple[str, ast.expr]]:
 
 
 class _Inline(ast.NodeTransformer):
-    """Names of known literals replaced by their values, for ast.literal_eval."""
+    """Names of known literals replaced by their values, for ast.literal_eval; given a copy,
+    since it changes the tree in place and parse_python's trees are shared."""
 
     def __init__(self, literals: dict[str, Any]) -> None:
         self.literals = literals

@@ -49,6 +49,20 @@ def test_names_of_earlier_top_level_literals_are_read_too():
     assert found == [Stage("a", "cpu"), Stage("b", "xla_spmd", ("a",), devices=8)]
 
 
+def test_reading_names_leaves_the_shared_tree_as_it_was():
+    # parse_python hands every caller the same tree: render compiles it, then this reads it,
+    # then the next render of the same script compiles it again
+    import ast
+
+    from reprokit.infra.python_source import parse_python
+
+    source = 'DEVICES = 4\nSTAGES = [{"name": "s", "backend": "xla_spmd", "devices": DEVICES}]\n'
+    before = ast.dump(parse_python(source), include_attributes=True)
+    assert read_stages(source) == [Stage("s", "xla_spmd", devices=4)]
+    assert ast.dump(parse_python(source), include_attributes=True) == before
+    compile(parse_python(source), "script.py", "exec")
+
+
 @pytest.mark.parametrize(
     "source",
     [
