@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -197,12 +198,26 @@ def test_minimize_of_a_case_in_two_environments_says_how_to_pick_one(cli, write_
 
 
 def test_importing_the_cli_changes_no_other_typer_app():
-    """How reprokit's help shows flags is its commands' own: typer itself is left as it is."""
-    import typer
+    """How reprokit's help shows flags is its commands' own: another typer app's help reads the
+    same before and after reprokit.cli is imported, whatever typer prints for its flags."""
+    other = textwrap.dedent("""
+        import typer
+        from typer.testing import CliRunner
 
-    import reprokit.cli  # noqa: F401
+        app = typer.Typer()
 
-    assert typer.core.TyperOption.display_type_rich.__module__ == "typer.core"
+        @app.command()
+        def main(debug: bool = typer.Option(False, "--debug"), n: int = 1) -> None: ...
+
+        def shown() -> str:
+            return CliRunner().invoke(app, ["--help"], terminal_width=100).stdout
+
+        before = shown()
+        import reprokit.cli
+        assert "--debug" in before and shown() == before, (before, shown())
+    """)
+    done = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_run_says_when_it_builds_an_environment(cli, tmp_path):

@@ -10,7 +10,7 @@ the commands that run stages (run, minimize, merge, bisect, wrap); commands.py t
 from __future__ import annotations
 
 from reprokit.cli import commands, running
-from reprokit.cli.app import Command, app, main
+from reprokit.cli.app import app, main
 
 for _name, _command in (
     ("list", commands.list_),
@@ -26,7 +26,7 @@ for _name, _command in (
     ("capture", commands.capture_),
     ("sweep", running.sweep_),
 ):
-    app.command(_name, cls=Command)(_command)
-app.command("wrap", cls=Command, context_settings=running.WRAP_SETTINGS)(running.wrap_)
+    app.command(_name)(_command)
+app.command("wrap", context_settings=running.WRAP_SETTINGS)(running.wrap_)
 
 __all__ = ["app", "main"]

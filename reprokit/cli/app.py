@@ -21,30 +21,7 @@ from reprokit.errors import ExitCode, ReprokitError, ReprokitWarning
 from reprokit.runner import signals
 from reprokit.runner.run_options import BY_NAME, RUN_OPTIONS, RunOption
 
-
-class _UntypedFlags:
-    """typer 0.29 prints a type after every option, so that a flag reads as if it took a value
-    ("--debug <bool>"): a flag takes none, so it shows none. An empty metavar says so for the
-    options of reprokit's own commands (--help among them), and for no other typer app."""
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)  # type: ignore[misc]
-        for param in params:
-            if getattr(param, "is_flag", False) and param.metavar is None:
-                param.metavar = ""
-        return params
-
-
-class Group(_UntypedFlags, typer.core.TyperGroup):
-    """The root command: its flags untyped."""
-
-
-class Command(_UntypedFlags, typer.core.TyperCommand):
-    """A command of reprokit's: its flags untyped."""
-
-
 app = typer.Typer(
-    cls=Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -18,7 +18,7 @@ import math
 import re
 import textwrap
 import warnings
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +121,13 @@ def environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
     env.filters["partition_spec"] = _partition_spec
     env.globals["mesh_devices"] = _mesh_devices  # for templates written before devices_of
     return env
+
+
+@lru_cache(maxsize=64)
+def _undeclared(env: SandboxedEnvironment, source: str) -> frozenset[str]:
+    """The names a template's text uses without defining them: once a text (every variant of a
+    case renders the same template, a parse of 2-3 ms each)."""
+    return frozenset(meta.find_undeclared_variables(env.parse(source)))
 
 
 def _context(variant: Variant) -> dict[str, Any]:

@@ -55,7 +55,8 @@ def read_stages(source: str) -> list[Stage] | None:
         for target, value in _pairs(node.targets[0], node.value):
             if target == "STAGES" and stores == [node.targets[0]]:  # bound once, never changed
                 try:
-                    return checked_stages(ast.literal_eval(_Inline(literals).visit(copy.deepcopy(value))))
+                    inlined = _Inline(literals).visit(copy.deepcopy(value))
+                    return checked_stages(ast.literal_eval(inlined))
                 except ValueError:
                     return None
             with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError):
