@@ -32,8 +32,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from filelock import Timeout
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 from reprokit.environment.specs import parse_env as parse_env  # where it was
 from reprokit.errors import ReprokitError
@@ -73,6 +71,10 @@ def digest(spec: EnvSpec) -> str:
 
 def _normalized(text: str) -> str:
     """One spelling per requirement: ``Torch_XLA == 2.8.0`` and ``torch-xla==2.8.0`` agree."""
+    # packaging is imported where an environment is built: 30 ms of every command's start else
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
     req = Requirement(text)
     extras = f"[{','.join(sorted(canonicalize_name(e) for e in req.extras))}]" if req.extras else ""
     where = f" @ {req.url}" if req.url else ""
@@ -338,6 +340,9 @@ print(json.dumps({"versions": found, "error": error}))
 
 def _check(spec: EnvSpec, python: Path) -> dict[str, str]:
     """The installed versions of the requirements, once their modules import; else an error."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
     wanted = [Requirement(text) for text in spec.requirements]
     wanted = [req for req in wanted if req.marker is None or req.marker.evaluate()]
     names = [canonicalize_name(req.name) for req in wanted]
