@@ -24,29 +24,56 @@ Importing reprokit does not import torch: only ``compare`` (and running a verdic
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reprokit.errors import ReprokitError
-from reprokit.generate.render import render
-from reprokit.generate.variants import Variant
-from reprokit.generate.variants import load_variants as load_cases
-from reprokit.records import Comparison, Outcome, RunSummary, VariantResult
-from reprokit.reports import write_reports as report
-from reprokit.runner.options import Options
-from reprokit.runner.scheduler import Interrupted
-from reprokit.runner.scheduler import run as run_variants
-
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from reprokit.records import MinimizeResult
-    from reprokit.runner.scheduler import Reporter
+    from reprokit.errors import ReprokitError
+    from reprokit.generate.render import render
+    from reprokit.generate.variants import Variant
+    from reprokit.generate.variants import load_variants as load_cases
+    from reprokit.records import Comparison, MinimizeResult, Outcome, RunSummary, VariantResult
+    from reprokit.reports import write_reports as report
+    from reprokit.runner.options import Options
+    from reprokit.runner.scheduler import Interrupted, Reporter
     from reprokit.runner.stage import Executor
     from reprokit.tools.bisect import Bisection
     from reprokit.tools.convert import Conversion
     from reprokit.tools.sweep import SweepResult
+
+# The API's names, imported on first use (PEP 562): a process that imports one module of
+# reprokit's (a warm server's fork comparing tensors, infra/offload.py) pays for that module
+# alone, not for the whole pipeline (185 ms against 50 ms with torch imported already)
+_LAZY = {
+    "ReprokitError": ("reprokit.errors", "ReprokitError"),
+    "render": ("reprokit.generate.render", "render"),
+    "Variant": ("reprokit.generate.variants", "Variant"),
+    "load_cases": ("reprokit.generate.variants", "load_variants"),
+    "Comparison": ("reprokit.records", "Comparison"),
+    "Outcome": ("reprokit.records", "Outcome"),
+    "RunSummary": ("reprokit.records", "RunSummary"),
+    "VariantResult": ("reprokit.records", "VariantResult"),
+    "report": ("reprokit.reports", "write_reports"),
+    "Options": ("reprokit.runner.options", "Options"),
+    "Interrupted": ("reprokit.runner.scheduler", "Interrupted"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'reprokit' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = globals()[name] = getattr(importlib.import_module(module), attribute)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "Comparison",
@@ -116,6 +143,7 @@ def run(
     """Run ``variants`` into ``run_dir`` (reprokit.runner.scheduler.run), then triage each
     captured program's mismatch whose case asks for it, every one with ``options.triage``:
     run again at highest matmul precision and in float32, and labelled (reprokit.tools.triage)."""
+    from reprokit.runner.scheduler import run as run_variants
     from reprokit.tools.triage import triage_summary
 
     variants = list(variants)
@@ -157,6 +185,7 @@ def bisect(
     """The torch_xla release, of ``releases`` (oldest first), where the selected cases'
     outcome changed: each release run in a uv environment into OUT_DIR/RELEASE, the finding
     in OUT_DIR/bisect.json. ``announce`` hears a line as each release starts and ends."""
+    from reprokit.runner.options import Options
     from reprokit.tools.bisect import bisect as bisect_releases
 
     return bisect_releases(
@@ -168,6 +197,7 @@ def bisect(
 def wrap(command: list[str], *, run_dir: Path | str, options: Options | None = None) -> RunSummary:
     """Run ``command`` (your own script) under torch_xla's debug settings as the one stage of
     a run in ``run_dir``, which ``report`` turns into an issue (reprokit.tools.wrap)."""
+    from reprokit.runner.options import Options
     from reprokit.tools.wrap import wrap as wrap_command
 
     return wrap_command(list(command), run_dir=Path(run_dir), options=options or Options())

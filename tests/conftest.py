@@ -27,6 +27,14 @@ def results_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def warm_servers_end_with_their_run(monkeypatch):
+    """Each test's runs start their own warm servers (its own REPROKIT_CACHE keys them apart),
+    and those end with the run rather than linger ten minutes each, hundreds of them: the
+    tests of lingering set their own REPROKIT_WARM_IDLE."""
+    monkeypatch.setenv("REPROKIT_WARM_IDLE", "0")
+
+
+@pytest.fixture(autouse=True)
 def no_exported_variables(monkeypatch):
     """Without the machine's exported variables that steer torch and XLA (OMP_NUM_THREADS on a
     CI runner): every script reprokit writes sets them at its top, and the tests' scripts must

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
+from reprokit.infra.offload import Offload, here
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Status, VariantResult
 
@@ -46,14 +47,17 @@ if TYPE_CHECKING:
 AROUND = 2  # recorded operations kept on each side of a first divergence
 TENSORS, SUMMARIES = "tensors.pt", "tensors.json"
 UNCHANGED = "unchanged"  # a cache entry for a file that had nothing to leave out
+REWRITE = "reprokit.comparison.retention:rewrite"  # the offloaded work (torch's part)
 
 
-def reduce_variant(folder: Path, result: VariantResult, *, cached: bool = True) -> int:
+def reduce_variant(
+    folder: Path, result: VariantResult, *, cached: bool = True, offload: Offload = here
+) -> int:
     """Reduce the tensors.pt of each stage of the judged variant in ``folder`` (its
     ``RUN_DIR/<label>``) as the module says; how many tensors it left out. ``cached``: a
     stage reduced before from the same bytes gets the same two files from the cache, without
     torch (a re-run whose stages and comparisons all came from the caches stays at the
-    interpreter's floor)."""
+    interpreter's floor). ``offload``: where torch's part is done (infra/offload.py)."""
     if not result.comparisons:
         return 0
     kept = _around_divergences(result)
@@ -63,7 +67,7 @@ def reduce_variant(folder: Path, result: VariantResult, *, cached: bool = True) 
         if stage.status is Status.OK and stage.described:
             droppable = set(stage.described) - kept
             with contextlib.suppress(ReprokitError, OSError):  # unreadable: left as it is
-                dropped += _reduce(folder / "stages" / stage.name, droppable, store)
+                dropped += _reduce(folder / "stages" / stage.name, droppable, store, offload)
     return dropped
 
 
@@ -79,7 +83,7 @@ def _around_divergences(result: VariantResult) -> set[str]:
     return kept
 
 
-def _reduce(stage_dir: Path, droppable: set[str], store: Store | None) -> int:
+def _reduce(stage_dir: Path, droppable: set[str], store: Store | None, offload: Offload) -> int:
     """Rewrite ``stage_dir/tensors.pt`` without the ``droppable`` tensors, summarized in
     tensors.json; how many it left out (0: nothing to drop, no such file, or done before)."""
     path = stage_dir / TENSORS
@@ -94,7 +98,7 @@ def _reduce(stage_dir: Path, droppable: set[str], store: Store | None) -> int:
         for name in (TENSORS, SUMMARIES):
             _replace(stage_dir / name, lambda temp, n=name: shutil.copyfile(entry / n, temp))
         return len(read_summaries(stage_dir))
-    dropped = _rewrite(path, droppable)
+    dropped = offload(REWRITE, {"path": str(path), "droppable": sorted(droppable)})
     if store is not None:  # what was found either way, so that a re-run needs no torch
 
         def fill(entry: Path) -> None:
@@ -107,8 +111,10 @@ def _reduce(stage_dir: Path, droppable: set[str], store: Store | None) -> int:
     return dropped
 
 
-def _rewrite(path: Path, droppable: set[str]) -> int:
-    """tensors.pt without the ``droppable`` tensors, and tensors.json: how many it dropped."""
+def rewrite(request: dict[str, Any]) -> int:
+    """tensors.pt (``request["path"]``) without the ``droppable`` tensors, and tensors.json:
+    how many it dropped (an offloaded work: torch's part)."""
+    path, droppable = Path(request["path"]), set(request["droppable"])
     torch = import_module()  # here only: a reduction found in the cache needs none
     reading = import_module("reprokit.comparison.reading").reading
     with reading(path):

@@ -18,6 +18,7 @@ from reprokit.comparison import trust
 from reprokit.environment.machine import versions
 from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
+from reprokit.infra.offload import Offload, here
 from reprokit.infra.torch_import import import_module
 from reprokit.records import (
     Comparison,
@@ -31,6 +32,8 @@ from reprokit.records import (
 
 if TYPE_CHECKING:
     from reprokit.generate.variants import Variant
+
+COMPARE = "reprokit.comparison.verdict:compare_pairs"  # the offloaded work (torch's part)
 
 
 @dataclass
@@ -66,12 +69,14 @@ def verdict(
     *,
     cached: bool = False,
     xla_device: str = "CPU",
+    offload: Offload = here,
 ) -> VariantResult:
     """The variant's result once every stage has one; ``reason`` overrides the failure's.
     ``cached``: comparisons of tensors compared before are reused (see :func:`compare_stages`);
-    ``xla_device``: where the XLA stages ran, which picks the case's expectation."""
+    ``xla_device``: where the XLA stages ran, which picks the case's expectation; ``offload``:
+    where the comparing is done (infra/offload.py)."""
     ordered = tuple(results[stage.name] for stage in stages)
-    compared = compare_stages(variant, stages, results, folder, cached=cached)
+    compared = compare_stages(variant, stages, results, folder, cached=cached, offload=offload)
     failed = next((r for r in ordered if r.failed), None)
     judged = trust.judged(stages, compared.comparisons)  # an isolated stage's are only told
     skipped = next((r for r in ordered if r.status is Status.SKIPPED), None)
@@ -124,6 +129,7 @@ def compare_stages(
     folder: Path,
     *,
     cached: bool = False,
+    offload: Offload = here,
 ) -> Compared:
     """Each stage that ran ok against its reference stage, with the case's tolerances; with
     ``[compare] method = "fp64"``, judged against the stage's float64 arbiter.
@@ -138,16 +144,22 @@ def compare_stages(
     judges = {
         s.name: s.arbiter if variant.method == "fp64" and s.arbiter in ok else None for s in pairs
     }
+    request = {
+        "pairs": [s.to_json() for s in pairs],
+        "judges": judges,
+        "tolerances": variant.tolerances,
+        "folder": str(folder),
+    }
     if not cached:
-        return _compare(variant, pairs, judges, folder)
+        return Compared.from_json(offload(COMPARE, request))
     store, key = Store("comparisons"), _key(variant, pairs, judges, folder)
     data = store.get_json(key)
     with contextlib.suppress(KeyError, TypeError, ValueError):  # another version's
         if isinstance(data, dict):
             return Compared.from_json(data)
-    compared = _compare(variant, pairs, judges, folder)
-    store.put_json(key, compared.to_json())
-    return compared
+    found = offload(COMPARE, request)
+    store.put_json(key, found)
+    return Compared.from_json(found)
 
 
 def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path) -> str:
@@ -160,8 +172,15 @@ def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], fo
     return Store.key(code, tensors, how, variant.tolerances, versions())
 
 
+def compare_pairs(request: dict[str, Any]) -> dict[str, Any]:
+    """:func:`compare_stages`' torch part, of JSON and to JSON (an offloaded work)."""
+    pairs = [Stage.from_json(s) for s in request["pairs"]]
+    tolerances, folder = request["tolerances"], Path(request["folder"])
+    return _compare(tolerances, pairs, request["judges"], folder).to_json()
+
+
 def _compare(
-    variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path
+    tolerances: dict[str, Any], pairs: list[Stage], judges: dict[str, str | None], folder: Path
 ) -> Compared:
     compared = Compared()
     load_tensors = import_module("reprokit.comparison.checkpoints").load_tensors  # torch: only
@@ -180,7 +199,7 @@ def _compare(
             found = compare_tensors(
                 trust.part(stage, tensors(stage.reference), saved),
                 trust.part(stage, saved, tensors(stage.reference)),
-                **variant.tolerances,
+                **tolerances,
                 reference=stage.reference,
                 target=stage.name,
                 arbiter=trust.part(stage, tensors(judge), saved) if judge else None,
@@ -191,7 +210,7 @@ def _compare(
         for stage in trust.faithful_pairs(pairs):  # the same outputs, recorded or not
             instrumented = trust.part(stage, tensors(stage.of), tensors(stage.name))
             compared.fusion += compare_tensors(instrumented, tensors(stage.name),
-                                               **variant.tolerances, reference=stage.of,
+                                               **tolerances, reference=stage.of,
                                                target=stage.name)  # fmt: skip
     except ReprokitError as exc:
         compared.problem = str(exc).split("\n")[0]

@@ -32,12 +32,14 @@ from typing import Any
 
 from reprokit.environment.variables import shown
 from reprokit.infra.caching import Store
+from reprokit.infra.offload import Offload, here
 from reprokit.infra.redact import redact_env
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Environment
 
 PACKAGES = ("torch", "torch_xla", "torch_tpu", "libtpu", "libtpu-nightly", "jax", "jaxlib",
             "torchax", "numpy")  # fmt: skip
+COLLECT = "reprokit.environment.machine:collect_env"  # the offloaded work (it imports torch)
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch's switch for its backends' entry points
 GOOGLE_PCI_VENDOR = "0x1ae0"
 TPU_PCI_DEVICES = {
@@ -153,27 +155,28 @@ def xla_runtime(timeout: float = 120) -> dict[str, Any]:
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def pytorch_env(*, cached: bool = False) -> dict[str, Any]:
+def pytorch_env(*, cached: bool = False, offload: Offload = here) -> dict[str, Any]:
     """torch.utils.collect_env's fields, or why they are missing.
 
     ``cached``: kept once per boot of this machine and installation (collect_env takes
     seconds: it imports torch and asks pip, nvidia-smi and lscpu; none of that changes
-    until a reboot or another install)."""
+    until a reboot or another install). ``offload``: where it runs (infra/offload.py)."""
     if not cached:
-        return _collect_env()
+        return offload(COLLECT, None)
     boot = Path("/proc/sys/kernel/random/boot_id")
     booted = boot.read_text() if boot.exists() else ""
     store = Store("environments")
     key = store.key(sys.executable, versions(), platform.node(), booted)
     if isinstance(found := store.get_json(key), dict):
         return found
-    found = _collect_env()
+    found = offload(COLLECT, None)
     if "error" not in found:
         store.put_json(key, found)
     return found
 
 
-def _collect_env() -> dict[str, Any]:
+def collect_env(_: None = None) -> dict[str, Any]:
+    """collect_env's fields (an offloaded work: it imports torch)."""
     try:
         with _no_torch_tpu_autoload():
             collect_env = import_module("torch.utils.collect_env")
@@ -184,12 +187,13 @@ def _collect_env() -> dict[str, Any]:
 
 
 def describe_machine(
-    *, probe_xla: bool = True, quick: bool = False, cached: bool = False
+    *, probe_xla: bool = True, quick: bool = False, cached: bool = False, offload: Offload = here
 ) -> Environment:
     """Everything above, secrets redacted. ``quick``: only what costs no import, child
     process or scan of every installed package's entry points (versions from metadata,
     variables), for the first summary.json of a run;
-    ``cached``: collect_env's part as this boot captured it first (:func:`pytorch_env`)."""
+    ``cached``: collect_env's part as this boot captured it first (:func:`pytorch_env`), done
+    where ``offload`` says."""
     found = versions()
     variables = shown(os.environ)
     return Environment(
@@ -203,5 +207,7 @@ def describe_machine(
         torch_tpu=None if quick else torch_tpu(),  # entry points: 25 ms, a re-run's tenth
         pytorch={}
         if quick
-        else redact_env({k: str(v) for k, v in pytorch_env(cached=cached).items()}),
+        else redact_env(
+            {k: str(v) for k, v in pytorch_env(cached=cached, offload=offload).items()}
+        ),
     )

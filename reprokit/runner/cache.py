@@ -26,8 +26,10 @@ import shutil
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from reprokit.environment.machine import versions
 from reprokit.environment.variables import steering
@@ -63,6 +65,11 @@ class CachingExecutor:
         knowing that takes its key: hashing files; deferred, it is only taken a little later)."""
         waits = getattr(self.inner, "waits", None)
         return bool(waits and waits(job))
+
+    @property
+    def offload(self) -> Callable[[str, Any, threading.Event], Any] | None:
+        """The inner executor's way to do torch's work out of this process, if it has one."""
+        return getattr(self.inner, "offload", None)
 
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
         key = self.key(job)

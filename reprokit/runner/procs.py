@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -128,6 +129,10 @@ class Child(Protocol):
     def wait(self) -> int:
         """Reap it; the return code as Popen gives it (-N: killed by signal N)."""
 
+    def ending(self) -> int | None:
+        """A descriptor that becomes readable once it exits (to wait on rather than poll once
+        its pipes are closed), or None."""
+
 
 def supervise(
     child: Child,
@@ -177,7 +182,7 @@ def _wait(
             return Status.INTERRUPTED
         if timeout is not None and time.monotonic() - start > timeout:
             return Status.TIMEOUT
-        pipes.read(_POLL)
+        pipes.read(_POLL, child.ending())
     return None
 
 
@@ -203,6 +208,9 @@ class _Popened:
 
     def wait(self) -> int:
         return self.proc.wait()
+
+    def ending(self) -> int | None:
+        return None  # polled: a cold stage's seconds of imports dwarf the poll's 50 ms
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -261,10 +269,14 @@ class _Pipes:
             assert pipe is not None
             self.selector.register(pipe, selectors.EVENT_READ, log)
 
-    def read(self, wait: float) -> bool:
-        """Copy what is ready; False once every pipe is closed."""
+    def read(self, wait: float, ending: int | None = None) -> bool:
+        """Copy what is ready; False once every pipe is closed (then wait for ``ending``, a
+        descriptor readable when the child has exited, or sleep)."""
         if not self.selector.get_map():
-            time.sleep(wait)
+            if ending is None:
+                time.sleep(wait)
+            else:
+                select.select([ending], [], [], wait)
             return False
         for key, _ in self.selector.select(wait):
             data = os.read(key.fd, 1 << 16)

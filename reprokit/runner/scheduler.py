@@ -36,6 +36,7 @@ from reprokit.comparison.retention import reduce_variant
 from reprokit.comparison.verdict import verdict
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.variants import Variant
+from reprokit.infra.offload import Offload, here
 from reprokit.infra.pause import pause
 from reprokit.infra.redact import redact_text
 from reprokit.infra.torch_import import import_module
@@ -95,9 +96,12 @@ def run(
         executor = executor or (made := make_executor(options))
         if options.cache:
             executor = CachingExecutor(executor, options, run_dir)
-        summary = SummaryWriter(run_dir, unique, argv, options)
+        stop = threading.Event()  # tells every child's driver to kill its group
+        offload = _offload(executor, options, stop)
+        summary = SummaryWriter(run_dir, unique, argv, options, offload)
         reporters = [summary, *([reporter] if reporter else [])]
-        return _drive(_Scheduler(prepared, options, executor, reporters), summary)
+        scheduler = _Scheduler(prepared, options, executor, reporters, stop, offload)
+        return _drive(scheduler, summary)
     finally:
         if made is not None:
             made.close()
@@ -198,7 +202,7 @@ class _State:
             prepared.folder, stage, variant.case.timeout, prepared.python, dag, variables
         )
 
-    def verdict(self, options: Options) -> VariantResult:
+    def verdict(self, options: Options, offload: Offload) -> VariantResult:
         seconds = time.monotonic() - self.start
         found = verdict(
             self.variant,
@@ -209,9 +213,10 @@ class _State:
             self.reason,
             cached=options.cache,
             xla_device=options.xla_device,
+            offload=offload,
         )
         if not options.keep_tensors:  # summary.json has the comparisons: the rest may go
-            reduce_variant(self.folder, found, cached=options.cache)
+            reduce_variant(self.folder, found, cached=options.cache, offload=offload)
         pause("verdict-computed")
         return found
 
@@ -238,13 +243,15 @@ class _Scheduler:
         options: Options,
         executor: Executor,
         reporters: Sequence[Reporter],
+        stop: threading.Event,
+        offload: Offload,
     ) -> None:
         self.pending = [_State(i, p) for i, p in enumerate(prepared)]
         self.active: list[_State] = []
         self.options, self.executor, self.reporters = options, executor, tuple(reporters)
         self.can = capabilities_of(executor)
         self.slots = max(1, options.jobs)
-        self.stop = threading.Event()  # tells every child's driver to kill its group
+        self.stop, self.offload = stop, offload
         self.busy: set[str] = set()  # exclusive devices a running stage holds
         self.inflight: dict[cf.Future[Any], Callable[[cf.Future[Any]], None]] = {}
         self.pool = cf.ThreadPoolExecutor(self.slots, thread_name_prefix="reprokit")
@@ -274,7 +281,7 @@ class _Scheduler:
             self.inflight.clear()
             for state in [s for s in self.active if s.ended]:
                 if all(r.status is not Status.INTERRUPTED for r in state.results.values()):
-                    self._judged(state, state.verdict(self.options))
+                    self._judged(state, state.verdict(self.options, self.offload))
 
     def _submit(self, call: Callable[[], Any], then: Callable[[cf.Future[Any]], None]) -> bool:
         self.inflight[self.pool.submit(call)] = then
@@ -291,7 +298,7 @@ class _Scheduler:
                 state.phase = Phase.JUDGING
                 self.active.remove(state)
                 return self._submit(
-                    functools.partial(state.verdict, self.options),
+                    functools.partial(state.verdict, self.options, self.offload),
                     lambda f, s=state: self._judged(s, f.result()),
                 )
         deferred = None  # a stage that would wait for its warm server: other work first
@@ -354,7 +361,7 @@ class _Scheduler:
         state.results = {skip.stage.name: skip.result() for skip in found.skipped}
         state.compares = found.compares
         if state.compares and not self.options.cache:  # nothing reused: its tensors are new
-            _prewarm_compare()
+            self._prewarm_compare()
 
     def _start_stage(self, state: _State, stage: Stage) -> bool:
         state.running.add(stage.name)
@@ -371,7 +378,7 @@ class _Scheduler:
             state.results[stage.name] = result
             state.results.update(blocked(state.stages, state.results))
             if state.compares and result.reused is None:  # it ran: new tensors to compare
-                _prewarm_compare()
+                self._prewarm_compare()
             for reporter in self.reporters:
                 reporter.stage_finished(state.variant.label, result)
 
@@ -386,10 +393,24 @@ class _Scheduler:
             return StageResult(job.stage.name, job.stage.backend, Status.ERROR, reason=str(exc))
         return self.executor.run_stage(job, self.stop)
 
+    def _prewarm_compare(self) -> None:
+        """torch for the comparisons, unless they are done elsewhere (a warm server's fork)."""
+        if self.offload is here:
+            _prewarm_compare()
+
     def _judged(self, state: _State, result: VariantResult) -> None:
         pause("variant-judged")
         for reporter in self.reporters:  # summary.json's writer first
             reporter.variant_finished(result)
+
+
+def _offload(executor: Executor, options: Options, stop: threading.Event) -> Offload:
+    """Where the run's work that needs torch is done (infra/offload.py): in a fork of a warm
+    server where the run starts its stages warm, so that the harness needs no torch."""
+    elsewhere = getattr(executor, "offload", None) if options.warm else None
+    if elsewhere is None:
+        return here
+    return lambda work, data: elsewhere(work, data, stop)
 
 
 @functools.cache

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.environment.machine import describe_machine
+from reprokit.infra.offload import Offload, here
 from reprokit.infra.pause import pause
 from reprokit.records import Environment, RunSummary, StageResult, VariantResult, write_summary
 from reprokit.runner.options import Options
@@ -31,9 +32,14 @@ class SummaryWriter:
     in that order, whatever order they finish in."""
 
     def __init__(
-        self, run_dir: Path, labels: Iterable[str], argv: tuple[str, ...], options: Options
+        self,
+        run_dir: Path,
+        labels: Iterable[str],
+        argv: tuple[str, ...],
+        options: Options,
+        offload: Offload = here,
     ) -> None:
-        self.run_dir, self.cached = run_dir, options.cache
+        self.run_dir, self.cached, self.offload = run_dir, options.cache, offload
         self.order = {label: index for index, label in enumerate(labels)}
         self.finished: dict[int, VariantResult] = {}
         self.serialized: dict[int, dict[str, Any]] = {}  # each variant's JSON, made once
@@ -46,7 +52,8 @@ class SummaryWriter:
 
     def _capture(self) -> None:
         try:
-            self.capture.set_result(describe_machine(probe_xla=False, cached=self.cached))
+            found = describe_machine(probe_xla=False, cached=self.cached, offload=self.offload)
+            self.capture.set_result(found)
         except BaseException as exc:  # kept, and the short capture stays in summary.json
             self.capture.set_exception(exc)
 

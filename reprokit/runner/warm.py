@@ -8,16 +8,24 @@ is still one process per stage, leading its own process group: :func:`procs.supe
 it exactly as a cold child (timeout, stop, capped logs, the group killed, the watchdog told),
 and its return code is the real one (3 for ``sys.exit(3)``, -11 for SIGSEGV).
 
+A server outlives the run that started it by ``REPROKIT_WARM_IDLE`` seconds (:data:`LINGER`
+when unset; 0: it ends with its last run), so that the next run in the same environment
+starts its stages at once instead of after the imports. A run finds it by name (an abstract
+Unix socket named after its key, served to the same user only) and starts one where nobody
+has the name; a server whose imported files changed since it started (an upgrade) tells the
+run so, ends, and is replaced.
+
 Which server: one per (modules imported before the fork, environment those imports may read).
 torch_xla's import reads the environment (PJRT_DEVICE to pick a default device, PT_XLA_DEBUG,
 XLA_REGISTER_INSTALLED_PLUGINS, TF_CPP_MIN_LOG_LEVEL...), torch's reads OMP_*, MKL_*, TORCH_*,
 OpenBLAS and the interpreter PYTHON*; rather than trust a list, the whole environment keys the
-server except :data:`RUNTIME_READ`, the variables shown to be read only when the runtime
-starts: set after ``import torch_xla``, CPU_NUM_DEVICES=4 gives four devices, an unknown flag in
-XLA_FLAGS aborts only at the first device use, XLA_SAVE_TENSORS_FILE still gets the graphs.
-(torch_xla's import also appends ``--xla_cpu_enable_fast_math=false`` to XLA_FLAGS: the child
-redoes that on its own XLA_FLAGS.) A cpu stage is forked from a server without torch_xla: its
-import patches torch (dynamo config, clip_grad_norm_), which a cold cpu stage never sees.
+server except :data:`NOT_KEYED`: :data:`RUNTIME_READ`, the variables shown to be read only
+when the runtime starts (set after ``import torch_xla``, CPU_NUM_DEVICES=4 gives four devices,
+an unknown flag in XLA_FLAGS aborts only at the first device use, XLA_SAVE_TENSORS_FILE still
+gets the graphs), and the shell's and pytest's bookkeeping. (torch_xla's import also appends
+``--xla_cpu_enable_fast_math=false`` to XLA_FLAGS: the child redoes that on its own
+XLA_FLAGS.) A cpu stage is forked from a server without torch_xla: its import patches torch
+(dynamo config, clip_grad_norm_), which a cold cpu stage never sees.
 
 Each stage's record says how it started: ``started: "warm"`` when forked, else ``"cold: why"``:
 --cold, xla_multicore (xmp.spawn starts its own processes), CUDA and XLA on TPU/GPU (not
@@ -30,34 +38,48 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from reprokit.environment.variables import RUNTIME_READ
+from reprokit.infra.offload import here
 from reprokit.infra.python_source import parse_python
 from reprokit.records import Status
 from reprokit.runner import signals
+from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
 from reprokit.runner.procs import Ended, supervise
 from reprokit.runner.stage import LIST_STAGES, WARM, Launch, LocalExecutor, StageJob, cold
-from reprokit.runner.watchdog import WATCHDOG
 
 SERVER = Path(__file__).with_name("warm_server.py")
+OFFLOADED = Path(__file__).with_name("offloaded.py")
+OFFLOAD_TIMEOUT = 3600.0  # a comparison of GBs of tensors; past it, done here instead
 WARM_BACKENDS = ("cpu", "xla", "xla_spmd")
 COLD_ASKED = "--cold"  # the why of a stage when the run asked for no warm start
+TAKEN = 4  # a server's exit status when another holds its name (warm_server.TAKEN)
 MAX_SERVERS = 4  # distinct environments in one run; more start cold
 MAX_DEATHS = 2  # a server that died this often is not started again: cold starts
 READY = 600.0  # seconds a server may take to import (a loaded machine, a slow disk)
+IDLE = "REPROKIT_WARM_IDLE"  # seconds a server waits for the next run; 0: it ends with its run
+LINGER = 600.0  # ... when that is not set
+# Set by the shell or pytest, per directory or per test, and read by no import: a server is
+# kept for a run in another folder, or for pytest's next item
+NOT_KEYED = RUNTIME_READ | {"PWD", "OLDPWD", "SHLVL", "_", "PYTEST_CURRENT_TEST"}
 ANSWER = 60.0  # seconds the server may take to fork, or to reap a killed child
 
 
@@ -88,28 +110,63 @@ class WarmExecutor(LocalExecutor):
     def start(self, how: Launch, stop: threading.Event) -> tuple[Ended, str]:
         if how.name == LIST_STAGES:  # not a stage: no server for it
             return super().start(how, stop)
-        if not self.options.warm:
-            return self._cold(how, stop, COLD_ASKED)
-        why = _cold_because(how, self.options.xla_device)
-        server = None
-        if why is None:
-            key = _Key(how.command[0], _preload(how), _key_env(how.env))
-            server, why = self._server(key, stop)
+        server, why = self._server_for(how, stop)
         if server is None:
-            return self._cold(how, stop, why or "no warm server")
+            return self._cold(how, stop, why)
         try:
-            child, pipes, begun = server.fork(how)
+            ended, lost = self._forked(server, how, stop)
         except ServerLost as exc:
-            self._died(server)
             return self._cold(how, stop, f"the warm server failed ({exc})")
-        ended = supervise(child, pipes, *how.logs, begun, how.timeout, stop, *self._limits())
-        if not child.lost:
+        if not lost:
             return ended, WARM
-        self._died(server)
         if stop.is_set():
             return replace(ended, status=Status.INTERRUPTED), WARM
         _clear_outputs(how.logs[0].parent, how.logs)
         return self._cold(how, stop, "the warm server died during the stage: re-run cold")
+
+    def offload(self, work: str, data: Any, stop: threading.Event) -> Any:
+        """``offload.here(work, data)`` in a child forked from the warm server that has torch
+        (one started for it if need be, as a cpu stage would start it), so that the harness
+        never imports torch; in this process where that fails (no server, a crash)."""
+        if "torch" in sys.modules:  # here already (pytest's process, a fallback before)
+            return here(work, data)
+        with tempfile.TemporaryDirectory(prefix="reprokit-offload-") as folder:
+            cwd = Path(folder)
+            (cwd / "in.json").write_text(json.dumps(data), "utf-8")
+            command = [sys.executable, str(OFFLOADED), work, "in.json", "out.json"]
+            env = stage_env("cpu", self.options.xla_device)
+            logs = [cwd / "stdout.log", cwd / "stderr.log"]
+            how = Launch(command, "offload", "cpu", env, cwd, logs, OFFLOAD_TIMEOUT)
+            server, _ = self._server_for(how, stop)
+            with contextlib.suppress(ServerLost):
+                ended, lost = self._forked(server, how, stop) if server else (None, True)
+                if not lost and ended.status is Status.OK and (cwd / "out.json").is_file():
+                    return json.loads((cwd / "out.json").read_text("utf-8"))
+        return here(work, data)
+
+    def _server_for(self, how: Launch, stop: threading.Event) -> tuple[_Server | None, str]:
+        """The server to fork ``how`` from, or None and why it starts cold."""
+        if not self.options.warm:
+            return None, COLD_ASKED
+        why = _cold_because(how, self.options.xla_device)
+        if why is not None:
+            return None, why
+        server, why = self._server(_Key(how.command[0], _preload(how), _key_env(how.env)), stop)
+        return server, why or "no warm server"
+
+    def _forked(self, server: _Server, how: Launch, stop: threading.Event) -> tuple[Ended, bool]:
+        """``how`` forked from ``server`` and driven to its end, and whether the server died
+        meanwhile (the child's group killed: its ending is unknown). ServerLost: the server
+        did not fork it."""
+        try:
+            child, pipes, begun = server.fork(how)
+        except ServerLost:
+            self._died(server)
+            raise
+        ended = supervise(child, pipes, *how.logs, begun, how.timeout, stop, *self._limits())
+        if child.lost:
+            self._died(server)
+        return ended, child.lost
 
     def waits(self, job: StageJob) -> bool:
         """Whether ``job`` would now wait for a warm server that another stage is starting
@@ -127,9 +184,9 @@ class WarmExecutor(LocalExecutor):
             return gate is not None and gate.locked() and key not in self._servers
 
     def close(self) -> None:
-        """Stop every server (each kills what it still runs): all told first, then each
-        waited for, so that their exits (a torch_xla process takes tenths of a second to
-        end) overlap."""
+        """Hang up on every server (each kills what it still runs for us): all told first, then
+        those that end with the run waited for, so that their exits (a torch_xla process takes
+        tenths of a second to end) overlap."""
         with self._lock:
             servers, self._servers = list(self._servers.values()), {}
         for server in servers:
@@ -228,7 +285,7 @@ def _parsed_imports(script: str, _mtime: int, _size: int) -> frozenset[str]:
 
 
 def _key_env(env: dict[str, str]) -> frozenset[tuple[str, str]]:
-    return frozenset((k, v) for k, v in env.items() if k not in RUNTIME_READ)
+    return frozenset((k, v) for k, v in env.items() if k not in NOT_KEYED)
 
 
 def _clear_outputs(stage_dir: Path, keep: list[Path]) -> None:
@@ -243,54 +300,73 @@ def _clear_outputs(stage_dir: Path, keep: list[Path]) -> None:
 
 
 class _Server:
-    """One server process, its control socket, and the forks it makes for us."""
+    """Our connection to the server of one key: found by its name, started when nobody has
+    it. ``proc``: the server, when this run started it."""
 
     def __init__(self, key: _Key, stop: threading.Event) -> None:
-        self.key = key
-        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.log = tempfile.TemporaryFile()  # what it printed, should it fail to start
-        with theirs:
-            self.proc = subprocess.Popen(
-                [key.python, str(SERVER), ",".join(key.preload), str(theirs.fileno())],
-                stdin=subprocess.DEVNULL,
-                stdout=self.log,
-                stderr=self.log,
-                env=dict(key.env),
-                cwd="/",  # no run folder: it would count as a process left in it
-                pass_fds=[theirs.fileno()],
-                start_new_session=True,  # a stage's group kill never reaches it
-                preexec_fn=signals.heard_in_child(),  # its forks, our stages, hear SIGTERM
-            )
-        WATCHDOG.watch(self.proc.pid)  # the harness dies: the server goes too
+        self.key, self.name, self.linger = key, _name(key), _linger(key.env)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None  # what ours printed, should it fail to start
+        self.control, self.pid = self._connect(stop)
         self.send_lock = threading.Lock()
-        try:
-            self._ready(stop)
-        except ServerLost:
-            self.close()
-            raise
 
-    def _ready(self, stop: threading.Event) -> None:
+    def _connect(self, stop: threading.Event) -> tuple[socket.socket, int]:
+        """Connected and greeted; a server started where none had the name, or where the one
+        that had it was stale or died before it was ready."""
         deadline = time.monotonic() + READY
-        self.control.settimeout(0.2)
         while True:
             if stop.is_set():
                 raise ServerLost("the run was stopped")
             if time.monotonic() > deadline:
                 raise ServerLost(f"no answer within {READY:g} s")
-            with contextlib.suppress(TimeoutError):
-                if self.control.recv(4096):
-                    self.control.settimeout(None)
-                    return
+            sock = _dial(self.name)
+            if sock is None:
+                self._start()
+                time.sleep(0.02)  # it takes the name once its Python has started
+                continue
+            greeting = _greeting(sock, stop, deadline)
+            if "ready" in greeting:
+                return sock, greeting["ready"]
+            sock.close()
+            if self.proc is not None and self.proc.poll() not in (None, TAKEN):
                 raise ServerLost(self._last_words())
 
+    def _start(self) -> None:
+        """Start a server unless ours is still taking the name; the name taken by another
+        (TAKEN) means that one serves."""
+        if self.proc is not None:
+            ended = self.proc.poll()
+            if ended is None:
+                return
+            if ended != TAKEN:
+                raise ServerLost(self._last_words())
+        _reap_lingering()
+        self.log = self.log or tempfile.TemporaryFile()
+        preload, linger = ",".join(self.key.preload), f"{self.linger:g}"
+        self.proc = subprocess.Popen(
+            [self.key.python, str(SERVER), preload, self.name, linger],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+            env=dict(self.key.env),
+            cwd="/",  # no run folder: it would count as a process left in it
+            start_new_session=True,  # a stage's group kill never reaches it
+            preexec_fn=signals.heard_in_child(),  # its forks, our stages, hear SIGTERM
+        )
+
     def _last_words(self) -> str:
+        assert self.proc is not None and self.log is not None
         self.proc.wait()
         self.log.seek(0)
         lines = self.log.read().decode("utf-8", "replace").strip().splitlines()
         return f"exit {self.proc.returncode}: {lines[-1] if lines else 'no output'}"
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Nothing comes on a greeted connection but its end (the server died)."""
+        try:
+            return not select.select([self.control], [], [], 0)[0]
+        except (OSError, ValueError):
+            return False
 
     def fork(self, how: Launch) -> tuple[_Forked, tuple[Any, Any], float]:
         """Ask for the stage's child; its pipes' read ends, and when it was asked for."""
@@ -322,21 +398,82 @@ class _Server:
             raise
 
     def hang_up(self) -> None:
-        """EOF on its control socket: it kills what it runs and exits (not waited for)."""
+        """EOF on our connection: the server kills what it runs for us (not waited for)."""
         self.control.close()
 
     def close(self) -> None:
-        """Hang up (again, if done already: a socket closes twice) and wait for it to exit;
-        else it is killed."""
+        """Hang up (again, if done already: a socket closes twice). A server this run started
+        and that does not linger is waited for (else killed); one that lingers is left to
+        serve the next run."""
         self.hang_up()
+        if self.log is not None:
+            self.log.close()
+        if self.proc is None:
+            return
+        if self.linger > 0 and self.proc.poll() is None:
+            _LINGERING.append(self.proc)
+            return
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-        WATCHDOG.forget(self.proc.pid)
-        self.log.close()
+
+
+_LINGERING: list[subprocess.Popen[bytes]] = []  # servers we started that outlive their run
+
+
+def _reap_lingering() -> None:
+    """Reap the servers we started that have ended since (a long-lived process, such as
+    pytest's, starts many)."""
+    _LINGERING[:] = [proc for proc in _LINGERING if proc.poll() is None]
+
+
+def _name(key: _Key) -> str:
+    """The server's abstract socket name: one per user and key (and server script)."""
+    identity = repr((key.python, key.preload, sorted(key.env), str(SERVER)))
+    return f"reprokit-warm-{os.getuid()}-{hashlib.sha256(identity.encode()).hexdigest()[:32]}"
+
+
+def _linger(env: Iterable[tuple[str, str]]) -> float:
+    """Seconds the server waits for the next run (``REPROKIT_WARM_IDLE``, else
+    :data:`LINGER`; 0: it ends with its last run)."""
+    value = dict(env).get(IDLE, "")
+    try:
+        return max(0.0, float(value)) if value.strip() else LINGER
+    except ValueError:
+        return LINGER
+
+
+def _dial(name: str) -> socket.socket | None:
+    """Connected to the server that has ``name``, or None when none has it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.connect("\0" + name)
+    except OSError:
+        sock.close()
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    if struct.unpack("3i", creds)[1] != os.getuid():  # it would see our stages' environment
+        sock.close()
+        raise ServerLost("another user's process holds the warm server's name")
+    return sock
+
+
+def _greeting(sock: socket.socket, stop: threading.Event, deadline: float) -> dict[str, Any]:
+    """The server's first message ({"ready": pid} or {"stale": why}); {} when it ended first."""
+    sock.settimeout(0.2)
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            data = sock.recv(4096)
+        except TimeoutError:
+            continue
+        except OSError:
+            return {}
+        sock.settimeout(None)
+        return json.loads(data) if data else {}
+    raise ServerLost("the run was stopped" if stop.is_set() else f"no answer within {READY:g} s")
 
 
 class _Forked:
@@ -371,6 +508,10 @@ class _Forked:
         message = json.loads(data)
         self.done = self.done or "exited" in message or "returncode" in message
         return message
+
+    def ending(self) -> int | None:
+        """Our socket: the server says there when it exited (or closes it, should it die)."""
+        return None if self.sock.fileno() < 0 else self.sock.fileno()
 
     def exited(self) -> bool:
         if not (self.done or self.lost):

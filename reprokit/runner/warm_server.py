@@ -1,18 +1,29 @@
 """The warm-start server: imports torch (and torch_xla) once, then forks one stage a request.
 
-Run by ``warm.py`` as ``python warm_server.py PRELOAD FD`` (PRELOAD: modules to import, comma
-separated; FD: its end of a SOCK_SEQPACKET control socket), with the environment of the stages
-it serves minus the variables read only when the XLA runtime starts (``warm.RUNTIME_READ``).
-Standard library only, and no reprokit: each stage it forks is to look like
-``python repro.py --stage S`` started cold, so the server leaves as little behind as it can.
+Run by ``warm.py`` as ``python warm_server.py PRELOAD NAME LINGER`` (PRELOAD: modules to
+import, comma separated; NAME: the abstract Unix socket it listens on; LINGER: seconds it waits
+for the next run once no run is connected), with the environment of the stages it serves
+minus the variables read only when the XLA runtime starts (``warm.RUNTIME_READ``). Standard
+library only, and no reprokit: each stage it forks is to look like ``python repro.py --stage
+S`` started cold, so the server leaves as little behind as it can.
 
-Protocol. A request is one control message: JSON ``{"script", "argv", "cwd", "env"}`` with
-three descriptors (a socket for this stage, the write ends of its stdout and stderr pipes).
-On the stage's socket the server answers ``{"pid": N}``, then ``{"exited": true}`` once the
-child has exited (seen with ``waitid(WNOWAIT)``: not reaped, so that its pid, the id of its
-process group, stays taken while the harness kills the group), and, when the harness sends
-``reap``, ``{"returncode": R}`` as Popen gives it (-N: killed by signal N). EOF on the control
-socket (the harness is gone, or done): every child's group is killed and the server exits.
+It binds NAME before it imports: the bind is the lock that makes one server per name, and a
+run that finds the name taken connects and waits for the imports instead of starting its own.
+It outlives the run that started it by LINGER seconds, so that the next run (the same python,
+modules and environment, hence the same NAME) forks its stages at once; it ends when no run
+has been connected for that long, or, after a run connects, when a file it imported (any
+module's, its own, the interpreter) changed since it started: it answers that run
+``{"stale": why}``, stops listening, and ends once its last run hangs up.
+
+Protocol. A run connects (SOCK_SEQPACKET; only a process of the server's own user is served)
+and is greeted ``{"ready": PID}``. A request is one message on that connection: JSON
+``{"script", "argv", "cwd", "env"}`` with three descriptors (a socket for this stage, the
+write ends of its stdout and stderr pipes). On the stage's socket the server answers ``{"pid":
+N}``, then ``{"exited": true}`` once the child has exited (seen with ``waitid(WNOWAIT)``: not
+reaped, so that its pid, the id of its process group, stays taken while the harness kills the
+group), and, when the harness sends ``reap``, ``{"returncode": R}`` as Popen gives it (-N:
+killed by signal N). EOF on a run's connection (the run is done, or dead): the groups of that
+run's children are killed.
 
 What must not happen before the fork (found by reading torch_xla/__init__.py and by
 experiment, torch 2.9 / torch_xla 2.9): the PJRT client must not exist (it starts a thread pool
@@ -46,19 +57,24 @@ import os  # noqa: E402
 import select  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
+import struct  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 
 _POLL = 0.05  # seconds between looks at the children
+_FIRST = 30.0  # seconds it waits for its first run, whatever LINGER says (that run is starting)
+TAKEN = 4  # the exit status when another server holds the name (and serves it)
 
 
 class _Kid:
     """One forked stage: its socket to the harness, and where it is in the protocol."""
 
-    def __init__(self, pid: int, sock: socket.socket) -> None:
-        self.pid, self.sock = pid, sock
+    def __init__(self, pid: int, sock: socket.socket, run: socket.socket) -> None:
+        self.pid, self.sock, self.run = pid, sock, run  # run: the connection that asked
         self.told = False  # the harness knows it exited
         self.reap = False  # the harness asked for its return code
+        self.ended = _pidfd(pid)  # readable once it exits: no poll's delay in telling so
         self.abandoned = False  # the harness hung up: nobody to tell
 
 
@@ -86,6 +102,14 @@ def _preload(modules: list[str]) -> tuple[bytes, bytes]:
     return printed[0], printed[1]
 
 
+def _pidfd(pid: int) -> int | None:
+    """A descriptor readable once ``pid`` exits (Linux 5.3), else None: polled then."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 def _runtime_started() -> bool:
     xla = sys.modules.get("torch_xla")
     return bool(xla and xla._XLAC._xla_runtime_is_initialized())
@@ -98,27 +122,95 @@ def _send(sock: socket.socket, message: dict) -> None:
         pass  # the harness hung up; _serve notices on its next read
 
 
-def _serve(control: socket.socket) -> dict | None:
+def _serve(listener: socket.socket, linger: float) -> dict | None:
     """The server's loop; returns a request only in a forked child (which then runs it)."""
+    stamps = _stamps()
+    runs: set[socket.socket] = set()
     kids: dict[socket.socket, _Kid] = {}
+    quiet_since, linger_now = time.monotonic(), max(linger, _FIRST)
     while True:
-        ready, _, _ = select.select([control, *kids], [], [], _POLL)
+        listening = [listener] if listener.fileno() >= 0 else []
+        endings = [kid.ended for kid in kids.values() if kid.ended is not None]
+        ready, _, _ = select.select([*listening, *runs, *kids, *endings], [], [], _POLL)
         for sock in ready:
-            if sock is control:
-                message, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
-                if not message:
-                    _shutdown(kids)
-                    return None
+            if sock is listener:
+                run = _welcome(listener, stamps)
+                if run is None:
+                    continue
+                if run is listener:  # stale: no new run from now on
+                    listener.close()
+                    continue
+                runs.add(run)
+                linger_now = linger
+            elif sock in runs:
+                message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+                if not message:  # that run is done (or dead): so are its stages
+                    runs.discard(sock)
+                    _end_run(sock, kids)
+                    sock.close()
+                    continue
                 request = json.loads(message)
-                if _fork(request, fds, control, kids):
+                if _fork(request, fds, sock, [listener, *runs], kids):
                     return request  # the child: on to the stage
-            else:
+            elif sock in kids:
                 _heard(kids[sock])
         for kid in list(kids.values()):
             _look(kid, kids)
+        if runs or kids:
+            quiet_since = time.monotonic()
+        elif listener.fileno() < 0 or time.monotonic() - quiet_since >= linger_now:
+            return None
 
 
-def _fork(request: dict, fds: list[int], control: socket.socket, kids: dict) -> bool:
+def _welcome(listener: socket.socket, stamps: dict) -> socket.socket | None:
+    """Accept a run: greeted when it is ours and nothing we imported changed; None when it
+    is refused, the listener itself when the server is stale (the run is told why)."""
+    try:
+        run, _ = listener.accept()
+    except OSError:
+        return None
+    creds = run.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    if struct.unpack("3i", creds)[1] != os.getuid():  # another user's: it may not fork us
+        run.close()
+        return None
+    changed = _changed(stamps)
+    if changed is not None:
+        _send(run, {"stale": f"{changed} changed since the warm server started"})
+        run.close()
+        return listener
+    _send(run, {"ready": os.getpid()})
+    return run
+
+
+def _stamps() -> dict[str, tuple[int, int] | None]:
+    """Every file the imports read (modules, this script, the interpreter), by mtime and size:
+    an install or an upgrade since then makes the server stale."""
+    files = {sys.executable, os.path.abspath(__file__)}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            files.add(path)
+    # Not what an import writes for itself in the temporary folder (torch.distributed's
+    # _remote_module_non_scriptable.py, which a stage's exit handlers remove)
+    scratch = os.path.join(tempfile.gettempdir(), "")
+    return {path: _stat(path) for path in files if not path.startswith(scratch)}
+
+
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_mtime_ns, found.st_size
+
+
+def _changed(stamps: dict) -> str | None:
+    return next((path for path, stamp in stamps.items() if _stat(path) != stamp), None)
+
+
+def _fork(
+    request: dict, fds: list[int], run: socket.socket, server: list[socket.socket], kids: dict
+) -> bool:
     """Fork the stage; True in the child, whose fds 0, 1, 2 are then /dev/null and the pipes."""
     sock = socket.socket(fileno=fds[0])
     if _runtime_started():  # a child would share the parent's PJRT client: refuse
@@ -131,11 +223,14 @@ def _fork(request: dict, fds: list[int], control: socket.socket, kids: dict) -> 
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        _become_stage(request, fds[1:], [sock, control, *kids])
+        for kid in kids.values():  # the other stages' descriptors, as no cold stage has them
+            if kid.ended is not None:
+                os.close(kid.ended)
+        _become_stage(request, fds[1:], [sock, *server, *kids])
         return True
     os.close(fds[1])
     os.close(fds[2])
-    kids[sock] = _Kid(pid, sock)
+    kids[sock] = _Kid(pid, sock, run)
     _send(sock, {"pid": pid})
     return False
 
@@ -186,6 +281,8 @@ def _look(kid: _Kid, kids: dict) -> None:
         kid.told = True
     if kid.reap:
         _, status = os.waitpid(kid.pid, 0)
+        if kid.ended is not None:
+            os.close(kid.ended)
         if not kid.abandoned:
             _send(kid.sock, {"returncode": os.waitstatus_to_exitcode(status)})
         kid.sock.close()
@@ -199,12 +296,12 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _shutdown(kids: dict) -> None:
-    """The harness is done (or dead): no stage outlives the server."""
+def _end_run(run: socket.socket, kids: dict) -> None:
+    """A run hung up: none of its stages outlives it (each reaped once its group is gone)."""
     for kid in kids.values():
-        _kill_group(kid.pid)
-    for kid in kids.values():
-        os.waitpid(kid.pid, 0)
+        if kid.run is run:
+            kid.reap = kid.abandoned = True
+            _kill_group(kid.pid)
 
 
 def _run_stage(request: dict, printed: tuple[bytes, bytes]) -> None:
@@ -272,10 +369,16 @@ def _exit(status: int, script: dict) -> None:
 
 
 def main() -> tuple[dict, tuple[bytes, bytes]] | None:
-    """Import, say so, serve; returns only in a forked child: its request, and what the
+    """Take the name, import, serve; returns only in a forked child: its request, and what the
     imports printed."""
     modules = [name for name in sys.argv[1].split(",") if name]
-    control = socket.socket(fileno=int(sys.argv[2]))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        listener.bind("\0" + sys.argv[2])
+    except OSError as exc:
+        print(f"the name is taken: {exc}", file=sys.stderr)
+        sys.exit(TAKEN)
+    listener.listen(64)
     try:
         printed = _preload(modules)
     except BaseException:
@@ -285,8 +388,7 @@ def main() -> tuple[dict, tuple[bytes, bytes]] | None:
         print("importing started the XLA runtime: no fork is safe", file=sys.stderr)
         sys.exit(3)
     gc.freeze()  # what the imports made lives on; a child's collections skip it (and its pages)
-    _send(control, {"ready": os.getpid()})
-    request = _serve(control)
+    request = _serve(listener, float(sys.argv[3]))
     return None if request is None else (request, printed)
 
 
