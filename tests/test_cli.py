@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 from conftest import TEST_TEMPLATES
+from reliability_common import FAULT_TEMPLATES
 
 ROOT = Path(__file__).parents[1]
 
@@ -247,3 +248,20 @@ def test_run_says_when_it_builds_an_environment(cli, tmp_path):
     assert result.exit_code == 0, result.output
     assert "building environment six (six==1.17.0) with uv..." in result.stderr
     assert "environment six built in " in result.stderr
+
+
+def test_a_warm_run_compares_and_captures_without_torch_in_the_harness(write_case, tmp_path):
+    """The harness's torch work (comparisons, collect_env) is forked from the warm server
+    that has torch: the run needs no torch of its own; cold, it does."""
+    case = write_case('[case]\ntitle = "t"\ntemplate = "faults"\n[params]\ncompared = true\n')
+    code = "import sys; sys.modules['torch'] = None; from reprokit.cli import main; main()"
+    command = [sys.executable, "-c", code, "run", str(case), "--templates", str(FAULT_TEMPLATES)]
+    env = dict(os.environ, REPROKIT_CACHE=str(tmp_path / "cache"))
+    warm = subprocess.run([*command, "-o", str(tmp_path / "warm")], capture_output=True, env=env)
+    assert warm.returncode == 0, warm.stderr.decode()
+    summary = json.loads((tmp_path / "warm" / "summary.json").read_text())
+    (variant,) = summary["variants"]
+    assert variant["comparisons"] and variant["outcome"] == "match"
+    assert summary["env"]["pytorch"].get("torch_version")  # collect_env ran, elsewhere
+    cold = [*command, "--cold", "-o", str(tmp_path / "cold")]
+    assert subprocess.run(cold, capture_output=True, env=env).returncode != 0

@@ -190,10 +190,7 @@ def _stamps() -> dict[str, tuple[int, int] | None]:
         path = getattr(module, "__file__", None)
         if isinstance(path, str):
             files.add(path)
-    # Not what an import writes for itself in the temporary folder (torch.distributed's
-    # _remote_module_non_scriptable.py, which a stage's exit handlers remove)
-    scratch = os.path.join(tempfile.gettempdir(), "")
-    return {path: _stat(path) for path in files if not path.startswith(scratch)}
+    return {path: _stat(path) for path in files}
 
 
 def _stat(path: str) -> tuple[int, int] | None:
@@ -205,7 +202,15 @@ def _stat(path: str) -> tuple[int, int] | None:
 
 
 def _changed(stamps: dict) -> str | None:
-    return next((path for path, stamp in stamps.items() if _stat(path) != stamp), None)
+    """The first stamped file that changed; one gone from the temporary folder is not a change
+    (torch.distributed's import writes _remote_module_non_scriptable.py there, and the exit
+    handlers of the first stage forked remove it)."""
+    scratch = os.path.join(tempfile.gettempdir(), "")
+    for path, stamp in stamps.items():
+        now = _stat(path)
+        if now != stamp and not (now is None and path.startswith(scratch)):
+            return path
+    return None
 
 
 def _fork(

@@ -3,6 +3,7 @@ dead server costs no result; the whole library gives the same tensors both ways.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -63,8 +64,8 @@ def test_each_fault_ends_warm_as_it_ends_cold_and_leaves_no_process(tmp_path):
         assert {s.started for s in stages} == started  # warm: every one was forked
 
 
-def server_pids() -> list[int]:
-    """This process's warm servers."""
+def server_pids(preload: str | None = None) -> list[int]:
+    """This process's warm servers (those importing ``preload``: "torch,torch_xla", "")."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -72,8 +73,10 @@ def server_pids() -> list[int]:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError):
             continue
-        if ppid == os.getpid() and b"warm_server.py" in cmdline:
-            found.append(int(entry.name))
+        argv = cmdline.decode().split("\0")
+        if ppid == os.getpid() and "warm_server.py" in cmdline.decode():
+            if preload is None or argv[2] == preload:
+                found.append(int(entry.name))
     return found
 
 
@@ -183,3 +186,56 @@ def test_a_run_folder_given_relative_works_warm(cli, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     (variant,) = read_summary(tmp_path / "runs" / "relative").variants  # through the JSON
     assert variant.stages and all(stage.started == "warm" for stage in variant.stages)
+
+
+@pytest.fixture
+def lingering(monkeypatch):
+    """Warm servers that wait a minute for the next run, as a user's do; ended after the test."""
+    monkeypatch.setenv("REPROKIT_WARM_IDLE", "60")
+    yield
+    for pid in server_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    warm._reap_lingering()
+
+
+def wait_gone(pids: list[int], limit: float = 10.0) -> list[int]:
+    """Which of ``pids`` still run (a zombie does not) after at most ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while (left := [p for p in pids if p in server_pids()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def test_a_server_outlives_its_run_and_serves_the_next(tmp_path, lingering):
+    options = Options(cache=False)
+    first = run(faults(tmp_path, "one", ""), run_dir=tmp_path / "one", options=options)
+    servers = server_pids()
+    assert servers, "no warm server left for the next run"
+    second = run(faults(tmp_path, "two", ""), run_dir=tmp_path / "two", options=options)
+    assert server_pids() == servers  # forked from the same one: none started
+    for summary in (first, second):
+        (variant,) = summary.variants
+        assert variant.outcome.value == "match"
+        assert {stage.started for stage in variant.stages} == {"warm"}
+
+
+def test_a_server_whose_imported_files_changed_is_replaced(tmp_path, lingering, monkeypatch):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("# imported by every Python of this test\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))  # so the server imported it
+    options = Options(cache=False)
+    run(faults(tmp_path, "one", ""), run_dir=tmp_path / "one", options=options)
+    before = server_pids(preload="")  # the stages' (the script imports no torch)
+    (site / "sitecustomize.py").write_text("# an upgrade: another size, another mtime\n")
+    second = run(faults(tmp_path, "two", ""), run_dir=tmp_path / "two", options=options)
+    (variant,) = second.variants
+    assert {stage.started for stage in variant.stages} == {"warm"}
+    assert len(before) == 1 and wait_gone(before) == [], "the stale server is still there"
+    assert server_pids(preload="") not in ([], before)  # a new one serves
+
+
+def test_idle_zero_ends_the_server_with_its_run(tmp_path):
+    run(faults(tmp_path, "one", ""), run_dir=tmp_path / "one", options=Options(cache=False))
+    assert server_pids() == []  # the conftest sets REPROKIT_WARM_IDLE=0 for every test
