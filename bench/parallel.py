@@ -1,6 +1,6 @@
 """Parallel speed-up: a suite of cheap variants with ``reprokit run -n 2`` vs ``-n 1``.
 
-    .venv/bin/python bench/parallel.py [--repeat 1] [--jobs 2] [--small]
+    .venv/bin/python bench/parallel.py [--repeat 1] [--jobs 2] [--small] [--idle 0]
 
 The suite is bench/cases/bench_matmul.toml: eight variants, each a CPU stage and an XLA stage
 (a small matmul, compared), so process start-up and imports dominate, as they do for most
@@ -11,6 +11,11 @@ best times are printed (target on a 2-core machine: -n 2 takes at most 0.60 of t
 two sides back to back, in alternating order (ABBA), and prints its own ratio and the load
 average: the median of the rounds' ratios is the figure to quote, each pair having shared
 much the same load.
+
+Before the rounds, one untimed run starts the warm servers, as a user's previous run left
+them (they wait ``REPROKIT_WARM_IDLE`` seconds for the next run). ``--idle 0``: every run
+starts and ends its own servers, as before they lingered (their imports are then most of a
+run, and the same on both sides).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 
 
-def suite(run_dir: Path, jobs: int, small: bool = False) -> float:
+def suite(run_dir: Path, jobs: int, small: bool = False, idle: str | None = None) -> float:
     command = [
         sys.executable,
         "-m",
@@ -40,8 +45,9 @@ def suite(run_dir: Path, jobs: int, small: bool = False) -> float:
     ]
     command += ["--cases", str(BENCH / "cases"), "--templates", str(BENCH / "templates")]
     command += ["-k", "[0] or [1] or [2] or [3]"] if small else []
+    env = dict(os.environ, **({"REPROKIT_WARM_IDLE": idle} if idle is not None else {}))
     start = time.perf_counter()
-    done = subprocess.run([*command, "-o", str(run_dir)], capture_output=True, text=True)
+    done = subprocess.run([*command, "-o", str(run_dir)], capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"reprokit run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
@@ -53,15 +59,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=2, help="the parallel side's -n")
     parser.add_argument("--small", action="store_true", help="four variants, not eight")
+    parser.add_argument("--idle", help="REPROKIT_WARM_IDLE for every run (0: no lingering)")
     args = parser.parse_args()
     one: list[float] = []
     many: list[float] = []
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
+        first = suite(Path(tmp) / "first", args.jobs, args.small, args.idle)
+        print(f"first run (-n {args.jobs}, starts the warm servers unless running): {first:.1f} s")
         for i in range(args.repeat):
             load = os.getloadavg()[0]
             sides = [(1, one, "one"), (args.jobs, many, "many")]
             for jobs, times, name in sides if i % 2 == 0 else sides[::-1]:
-                times.append(suite(Path(tmp) / f"{name}{i}", jobs, args.small))
+                times.append(suite(Path(tmp) / f"{name}{i}", jobs, args.small, args.idle))
             print(f"round {i + 1}: -n 1 {one[-1]:.1f} s, -n {args.jobs} {many[-1]:.1f} s, "
                   f"ratio {many[-1] / one[-1]:.2f} (load average {load:.1f})")  # fmt: skip
     for name, pick in (("median", statistics.median), ("best", min)):

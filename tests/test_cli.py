@@ -262,6 +262,6 @@ def test_a_warm_run_compares_and_captures_without_torch_in_the_harness(write_cas
     summary = json.loads((tmp_path / "warm" / "summary.json").read_text())
     (variant,) = summary["variants"]
     assert variant["comparisons"] and variant["outcome"] == "match"
-    assert summary["env"]["pytorch"].get("torch_version")  # collect_env ran, elsewhere
-    cold = [*command, "--cold", "-o", str(tmp_path / "cold")]
+    assert summary["run"]["env"]["pytorch"].get("torch_version")  # collect_env ran elsewhere
+    cold = [*command, "--cold", "--no-cache", "-o", str(tmp_path / "cold")]
     assert subprocess.run(cold, capture_output=True, env=env).returncode != 0

@@ -154,8 +154,8 @@ def test_an_interrupt_during_a_verdict_keeps_the_variant(tmp_path, monkeypatch):
         abandoned.set()
         original_abandon(self)
 
-    def verdict(state, options):
-        result = original_verdict(state, options)
+    def verdict(state, *args):
+        result = original_verdict(state, *args)
         if state.index == 0:  # SIGTERM while this verdict is in flight, then hand it back
             os.kill(os.getpid(), signal.SIGTERM)
             abandoned.wait(60)

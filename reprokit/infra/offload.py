@@ -10,15 +10,15 @@ warm server instead (``WarmExecutor.offload``), and falls back on :func:`here`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
-
-from reprokit.infra.torch_import import import_module
 
 Offload = Callable[[str, Any], Any]
 
 
 def here(work: str, data: Any) -> Any:
-    """``work`` (``module:function``) called on ``data`` in this process (importing torch)."""
+    """``work`` (``module:function``) called on ``data`` in this process. The work imports
+    torch itself, as it needs it (collect_env's import keeps TorchTPU from loading)."""
     module, name = work.split(":")
-    return getattr(import_module(module), name)(data)
+    return getattr(importlib.import_module(module), name)(data)

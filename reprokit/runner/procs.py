@@ -290,8 +290,8 @@ class _Pipes:
     def drain(self, limit: float) -> None:
         """Read to the end; a process that left the group may hold a pipe open: give up then."""
         deadline = time.monotonic() + limit
-        while self.read(_POLL) and time.monotonic() < deadline:
-            pass
+        while self.selector.get_map() and time.monotonic() < deadline:
+            self.read(_POLL)  # not once they are closed: it would sleep (50 ms a stage)
         for key in list(self.selector.get_map().values()):
             self.selector.unregister(key.fileobj)
             key.fileobj.close()  # type: ignore[union-attr]

@@ -128,7 +128,7 @@ class WarmExecutor(LocalExecutor):
         """``offload.here(work, data)`` in a child forked from the warm server that has torch
         (one started for it if need be, as a cpu stage would start it), so that the harness
         never imports torch; in this process where that fails (no server, a crash)."""
-        if "torch" in sys.modules:  # here already (pytest's process, a fallback before)
+        if sys.modules.get("torch") is not None:  # here already (pytest's, a fallback's)
             return here(work, data)
         with tempfile.TemporaryDirectory(prefix="reprokit-offload-") as folder:
             cwd = Path(folder)
@@ -307,7 +307,12 @@ class _Server:
         self.key, self.name, self.linger = key, _name(key), _linger(key.env)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: IO[bytes] | None = None  # what ours printed, should it fail to start
-        self.control, self.pid = self._connect(stop)
+        try:
+            self.control, self.pid = self._connect(stop)
+        except ServerLost:
+            if self.linger == 0:  # nobody else is to use the one we started: it goes
+                self._end()
+            raise
         self.send_lock = threading.Lock()
 
     def _connect(self, stop: threading.Event) -> tuple[socket.socket, int]:
@@ -416,6 +421,11 @@ class _Server:
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
+            self._end()
+
+    def _end(self) -> None:
+        """Kill the server we started (its group: it leads one) and reap it."""
+        if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
