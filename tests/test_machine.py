@@ -1,0 +1,36 @@
+"""The environment capture: collect_env's fields as torch gives them, pip's list without pip."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch.utils.collect_env
+
+from reprokit.environment import machine
+
+
+def test_the_package_list_is_pips_own():
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "list", "--format=freeze"],
+        capture_output=True, text=True, check=True,
+        env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert machine._freeze() == pip.stdout.strip()
+
+
+def test_collect_env_gives_the_same_fields_without_running_pip():
+    asked = []
+
+    def never_pip(command):
+        asked.append(command)
+        return collect_env.run(command)
+
+    collect_env = torch.utils.collect_env
+    plain = collect_env.get_env_info()._asdict()
+    with machine._pip_list_from_metadata(collect_env):
+        fast = collect_env.get_env_info()._asdict()
+        pip_packages = collect_env.get_pip_packages(never_pip)
+    assert fast == plain and pip_packages[1] == plain["pip_packages"]
+    assert not [c for c in asked if "pip" in " ".join(map(str, c))]  # answered, not run
+    assert collect_env.get_pip_packages.__name__ == "get_pip_packages"  # put back
