@@ -97,7 +97,8 @@ class _Key:
 class WarmExecutor(LocalExecutor):
     """A :class:`LocalExecutor` whose stages are forked from warm servers where that is safe.
 
-    ``close()`` (the scheduler calls it when the run ends) stops every server."""
+    ``close()`` (the scheduler calls it when the run ends) hangs up on every server; ``offload``
+    does the harness's torch work in a fork of one (infra/offload.py)."""
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)

@@ -3,7 +3,7 @@
 Run by ``warm.py`` as ``python warm_server.py PRELOAD NAME LINGER`` (PRELOAD: modules to
 import, comma separated; NAME: the abstract Unix socket it listens on; LINGER: seconds it waits
 for the next run once no run is connected), with the environment of the stages it serves
-minus the variables read only when the XLA runtime starts (``warm.RUNTIME_READ``). Standard
+minus the variables no import reads (``warm.NOT_KEYED``: those the XLA runtime reads). Standard
 library only, and no reprokit: each stage it forks is to look like ``python repro.py --stage
 S`` started cold, so the server leaves as little behind as it can.
 
