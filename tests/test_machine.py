@@ -11,12 +11,13 @@ from reprokit.environment import machine
 
 
 def test_the_package_list_is_pips_own():
-    pip = subprocess.run(
-        [sys.executable, "-m", "pip", "list", "--format=freeze"],
-        capture_output=True, text=True, check=True,
-        env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    assert machine._freeze() == pip.stdout.strip()
+    def listed(*command: str) -> str:
+        env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PATH": "/usr/bin:/bin"}
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert listed("-c", machine.FREEZE) == listed(*machine.PIP_LIST)
 
 
 def test_collect_env_gives_the_same_fields_without_running_pip():
