@@ -26,12 +26,15 @@ def results_cache(tmp_path_factory, monkeypatch):
     return folder
 
 
-@pytest.fixture(autouse=True)
-def warm_servers_end_with_their_run(monkeypatch):
+@pytest.fixture(autouse=True, scope="session")
+def warm_servers_end_with_their_run():
     """Each test's runs start their own warm servers (its own REPROKIT_CACHE keys them apart),
     and those end with the run rather than linger ten minutes each, hundreds of them: the
-    tests of lingering set their own REPROKIT_WARM_IDLE."""
-    monkeypatch.setenv("REPROKIT_WARM_IDLE", "0")
+    tests of lingering set their own REPROKIT_WARM_IDLE. For the session: module-scoped
+    fixtures run reprokit too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("REPROKIT_WARM_IDLE", "0")
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -69,7 +69,7 @@ def ran(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
         (out / f"{name}.toml").write_text(head + body, encoding="utf-8")
     run_dir = out / "run"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(out),
-           "REPROKIT_CACHE": str(out / "cache")}  # fmt: skip
+           "REPROKIT_CACHE": str(out / "cache"), "REPROKIT_WARM_IDLE": "0"}  # fmt: skip
     cases = [str(out / f"{name}.toml") for name in CASES]
     argv = ["run", *cases, "--triage", "-n", "2", "-o", str(run_dir)]
     done = subprocess.run(
