@@ -152,7 +152,7 @@ class WarmExecutor(LocalExecutor):
         why = _cold_because(how, self.options.xla_device)
         if why is not None:
             return None, why
-        server, why = self._server(_Key(how.command[0], _preload(how), _key_env(how.env)), stop)
+        server, why = self._server(_key(how), stop)
         return server, why or "no warm server"
 
     def _forked(self, server: _Server, how: Launch, stop: threading.Event) -> tuple[Ended, bool]:
@@ -179,7 +179,7 @@ class WarmExecutor(LocalExecutor):
         how = Launch(command, stage.name, stage.backend, env, job.folder, [], 0.0)
         if _cold_because(how, self.options.xla_device) is not None:
             return False
-        key = _Key(how.command[0], _preload(how), _key_env(how.env))
+        key = _key(how)
         with self._lock:
             gate = self._starting.get(key)
             return gate is not None and gate.locked() and key not in self._servers
@@ -285,8 +285,11 @@ def _parsed_imports(script: str, _mtime: int, _size: int) -> frozenset[str]:
     return frozenset(found)
 
 
-def _key_env(env: dict[str, str]) -> frozenset[tuple[str, str]]:
-    return frozenset((k, v) for k, v in env.items() if k not in NOT_KEYED)
+def _key(how: Launch) -> _Key:
+    """Which server forks ``how``: its python, what its script imports, its environment less
+    what no import reads."""
+    env = frozenset((k, v) for k, v in how.env.items() if k not in NOT_KEYED)
+    return _Key(how.command[0], _preload(how), env)
 
 
 def _clear_outputs(stage_dir: Path, keep: list[Path]) -> None:
@@ -309,14 +312,14 @@ class _Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: IO[bytes] | None = None  # what ours printed, should it fail to start
         try:
-            self.control, self.pid = self._connect(stop)
+            self.control = self._connect(stop)
         except ServerLost:
             if self.linger == 0:  # nobody else is to use the one we started: it goes
                 self._end()
             raise
         self.send_lock = threading.Lock()
 
-    def _connect(self, stop: threading.Event) -> tuple[socket.socket, int]:
+    def _connect(self, stop: threading.Event) -> socket.socket:
         """Connected and greeted; a server started where none had the name, or where the one
         that had it was stale or died before it was ready."""
         deadline = time.monotonic() + READY
@@ -332,7 +335,7 @@ class _Server:
                 continue
             greeting = _greeting(sock, stop, deadline)
             if "ready" in greeting:
-                return sock, greeting["ready"]
+                return sock
             sock.close()
             if self.proc is not None and self.proc.poll() not in (None, TAKEN):
                 raise ServerLost(self._last_words())

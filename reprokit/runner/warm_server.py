@@ -135,13 +135,9 @@ def _serve(listener: socket.socket, linger: float) -> dict | None:
         for sock in ready:
             if sock is listener:
                 run = _welcome(listener, stamps)
-                if run is None:
-                    continue
-                if run is listener:  # stale: no new run from now on
-                    listener.close()
-                    continue
-                runs.add(run)
-                linger_now = linger
+                if run is not None:
+                    runs.add(run)
+                    linger_now = linger
             elif sock in runs:
                 message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
                 if not message:  # that run is done (or dead): so are its stages
@@ -163,8 +159,8 @@ def _serve(listener: socket.socket, linger: float) -> dict | None:
 
 
 def _welcome(listener: socket.socket, stamps: dict) -> socket.socket | None:
-    """Accept a run: greeted when it is ours and nothing we imported changed; None when it
-    is refused, the listener itself when the server is stale (the run is told why)."""
+    """Accept a run: greeted when it is ours and nothing we imported changed; else None (a
+    stale server tells the run why and stops listening: no new run from now on)."""
     try:
         run, _ = listener.accept()
     except OSError:
@@ -177,7 +173,8 @@ def _welcome(listener: socket.socket, stamps: dict) -> socket.socket | None:
     if changed is not None:
         _send(run, {"stale": f"{changed} changed since the warm server started"})
         run.close()
-        return listener
+        listener.close()
+        return None
     _send(run, {"ready": os.getpid()})
     return run
 

@@ -74,7 +74,7 @@ def server_pids(preload: str | None = None) -> list[int]:
         except (OSError, ValueError):
             continue
         argv = cmdline.decode().split("\0")
-        if ppid == os.getpid() and "warm_server.py" in cmdline.decode():
+        if ppid == os.getpid() and argv[1:2] and argv[1].endswith("warm_server.py"):
             if preload is None or argv[2] == preload:
                 found.append(int(entry.name))
     return found
