@@ -37,8 +37,8 @@ Where a child differs from a cold process, on purpose: it skips the interpreter'
 teardown at exit (about 1 s once torch is imported; threads, atexit, the script's objects and
 the streams are still done, see ``_exit``), and what the imports created is frozen
 (``gc.freeze``: collections skip it, and its pages stay shared instead of being copied).
-``random`` reseeds itself in a forked child and numpy's global generator is reseeded here;
-torch's generators start from their fixed seed either way.
+``random`` reseeds itself in a forked child and numpy's global generator (where imported) is
+reseeded here; torch's generators start from their fixed seed either way.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ import struct  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
+import weakref  # noqa: E402
 
 _POLL = 0.05  # seconds between looks at the children
 _FIRST = 30.0  # seconds it waits for its first run, whatever LINGER says (that run is starting)
@@ -249,9 +250,11 @@ def _become_stage(request: dict, pipes: list[int], server: list[socket.socket]) 
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:  # seeded from the OS at import: each child its own, as cold
-        numpy.random.seed()
+    generator = sys.modules.get("numpy.random")  # numpy imports it at first use only (50 ms)
+    if generator is not None:  # seeded from the OS at import: each child its own, as cold
+        generator.seed()
+    for finalizer in list(getattr(weakref.finalize, "_registry", ())):  # no public registry
+        finalizer.atexit = False  # the server's cleanups: see _exit
     xla = sys.modules.get("torch_xla")
     if xla is not None:  # what its import did to the environment, redone on the stage's own
         xla._setup_default_env()
@@ -350,7 +353,12 @@ def _exit_status(code: object) -> int:
 def _exit(status: int, script: dict) -> None:
     """End as the interpreter ends, less its module teardown (about 1 s once torch is
     imported, and the point of warm start): non-daemon threads joined, atexit handlers run,
-    the script's own objects released (an unclosed file flushes), the streams flushed.
+    the script's own objects released (an unclosed file flushes), the streams flushed. Of
+    weakref.finalize's exit-time cleanups, only the stage's own: those the server's imports
+    made are the server's (torch.library's, 127 to 163 of them, undo registrations that this
+    exit discards anyway: 25 ms a stage; the temporary folder torch.distributed makes when
+    torch_xla imports it, which the first child to end would remove from under the server and
+    every later child).
     Killed by SIGINT where Python would re-raise it (an uncaught KeyboardInterrupt)."""
     if "threading" in sys.modules:
         sys.modules["threading"]._shutdown()

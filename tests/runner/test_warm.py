@@ -239,3 +239,53 @@ def test_a_server_whose_imported_files_changed_is_replaced(tmp_path, lingering, 
 def test_idle_zero_ends_the_server_with_its_run(tmp_path):
     run(faults(tmp_path, "one", ""), run_dir=tmp_path / "one", options=Options(cache=False))
     assert server_pids() == []  # the conftest sets REPROKIT_WARM_IDLE=0 for every test
+
+
+FINALIZERS = """{#- reprokit
+title = "Each stage leaves a temporary folder for its exit to remove"
+[params]
+root = {type = "str", default = "", help = "where the folders go"}
+-#}
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+STAGES = [{"name": "one", "backend": "cpu", "needs": [], "reference": None},
+          {"name": "two", "backend": "cpu", "needs": ["one"], "reference": None}]
+parser = argparse.ArgumentParser()
+parser.add_argument("--list-stages", action="store_true")
+parser.add_argument("--stage")
+parser.add_argument("--workdir", type=Path)
+parser.add_argument("--xla-device")
+args = parser.parse_args()
+if args.list_stages:
+    print(json.dumps(STAGES))
+else:
+    KEPT = tempfile.TemporaryDirectory(prefix=f"stage-{args.stage}-", dir={{ root }})
+    (args.workdir / args.stage).mkdir(parents=True, exist_ok=True)
+    (args.workdir / args.stage / "result.json").write_text(json.dumps({"stage": args.stage}))
+"""
+
+
+def test_a_stage_runs_its_own_exit_cleanups_not_the_servers(tmp_path, lingering, monkeypatch):
+    """weakref.finalize's exit-time cleanups: a stage's own run as it ends (its temporary
+    folder is removed), those its server's imports made do not (torch_xla's import makes a
+    temporary folder: the first stage to end would remove it from under the server)."""
+    root, site, templates = tmp_path / "tmp", tmp_path / "site", tmp_path / "templates"
+    for folder in (root, site, templates):
+        folder.mkdir()
+    (site / "sitecustomize.py").write_text(  # imported by the server, before any fork
+        f"import os, tempfile\nKEPT = tempfile.TemporaryDirectory("
+        f"prefix=f'server-{{os.getpid()}}-', dir={str(root)!r})\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    (templates / "finalizers.py.j2").write_text(FINALIZERS)
+    case = tmp_path / "cleanups.toml"
+    case.write_text(f'[case]\ntitle = "t"\ntemplate = "finalizers"\n[params]\nroot = "{root}"\n')
+    variants = load_variants([str(case)], templates=[templates])
+    summary = run(variants, run_dir=tmp_path / "run", options=Options(cache=False))
+    (variant,) = summary.variants
+    assert [(s.status, s.started) for s in variant.stages] == [(Status.OK, "warm")] * 2
+    left = sorted(path.name.rsplit("-", 1)[0] for path in root.iterdir())
+    assert left == sorted(f"server-{pid}" for pid in server_pids())  # no stage's is left
