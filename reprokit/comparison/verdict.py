@@ -2,61 +2,32 @@
 
 Outcome (DESIGN.md "Outcomes"): the first failing stage's (error, crash, timeout), in DAG
 order so that ``-n 1`` and ``-n 2`` agree; else skipped when a backend is missing here; else
-mismatch when a tensor is outside tolerance; else match. The comparisons come from
-reprokit.comparison.tensors, the engine ``reprokit diff`` uses too; torch is imported only
+mismatch when a tensor is outside tolerance; else match. The comparisons come from pairs.py
+(reprokit.comparison.tensors, the engine ``reprokit diff`` uses too); torch is imported only
 when a variant has tensors to compare, so that the runner starts without it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from reprokit.comparison import trust
+from reprokit.comparison.pairs import COMPARE, Compared
 from reprokit.environment.machine import versions
-from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
 from reprokit.infra.offload import Offload, here
-from reprokit.infra.torch_import import import_module
 from reprokit.records import (
-    Comparison,
     Outcome,
     Stage,
     StageResult,
     Status,
     VariantResult,
-    first_divergence,
 )
 
 if TYPE_CHECKING:
     from reprokit.generate.variants import Variant
-
-COMPARE = "reprokit.comparison.verdict:compare_pairs"  # the offloaded work (torch's part)
-
-
-@dataclass
-class Compared:
-    """Every stage against its reference: the comparisons, the first divergence per target
-    stage, and why a tensors.pt could not be read (a crash mid-save, a pickle that runs code)."""
-
-    comparisons: list[Comparison] = field(default_factory=list)
-    divergence: dict[str, str | None] = field(default_factory=dict)
-    problem: str | None = None
-    # a faithful stage's outputs against its instrumented stage's, at the case's tolerances
-    fusion: list[Comparison] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        comparisons = [c.to_json() for c in self.comparisons]
-        return {"comparisons": comparisons, "divergence": self.divergence, "problem": self.problem,
-                "fusion": [c.to_json() for c in self.fusion]}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Compared:
-        found = [Comparison.from_json(c) for c in data["comparisons"]]
-        fusion = [Comparison.from_json(c) for c in data["fusion"]]
-        return cls(found, dict(data["divergence"]), data["problem"], fusion)
 
 
 def verdict(
@@ -164,54 +135,9 @@ def compare_stages(
 
 def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path) -> str:
     """The bytes of every tensors.pt compared, how they are compared, and the code comparing."""
-    comparing = ("verdict.py", "tensors.py", "checkpoints.py", "reading.py", "formats.py")
+    comparing = ("pairs.py", "trust.py", "tensors.py", "checkpoints.py", "reading.py", "formats.py")
     code = {name: file_digest(Path(__file__).parent / name) for name in comparing}
     names = {n for s in pairs for n in (s.name, s.reference, judges[s.name]) if n}
     tensors = {n: file_digest(folder / "stages" / n / "tensors.pt") for n in sorted(names)}
     how = [[s.name, s.reference, judges[s.name], s.role, s.of] for s in pairs]
     return Store.key(code, tensors, how, variant.tolerances, versions())
-
-
-def compare_pairs(request: dict[str, Any]) -> dict[str, Any]:
-    """:func:`compare_stages`' torch part, of JSON and to JSON (an offloaded work)."""
-    pairs = [Stage.from_json(s) for s in request["pairs"]]
-    tolerances, folder = request["tolerances"], Path(request["folder"])
-    return _compare(tolerances, pairs, request["judges"], folder).to_json()
-
-
-def _compare(
-    tolerances: dict[str, Any], pairs: list[Stage], judges: dict[str, str | None], folder: Path
-) -> Compared:
-    compared = Compared()
-    load_tensors = import_module("reprokit.comparison.checkpoints").load_tensors  # torch: only
-    compare_tensors = import_module("reprokit.comparison.tensors").compare_tensors  # here
-
-    loaded: dict[str, Any] = {}
-
-    def tensors(name: str) -> Any:
-        if name not in loaded:
-            loaded[name] = load_tensors(folder / "stages" / name / "tensors.pt")
-        return loaded[name]
-
-    try:
-        for stage in pairs:
-            judge, saved = judges[stage.name], tensors(stage.name)
-            found = compare_tensors(
-                trust.part(stage, tensors(stage.reference), saved),
-                trust.part(stage, saved, tensors(stage.reference)),
-                **tolerances,
-                reference=stage.reference,
-                target=stage.name,
-                arbiter=trust.part(stage, tensors(judge), saved) if judge else None,
-            )
-            compared.comparisons += found
-            first = first_divergence(found)
-            compared.divergence[stage.name] = first.tensor if first else None
-        for stage in trust.faithful_pairs(pairs):  # the same outputs, recorded or not
-            instrumented = trust.part(stage, tensors(stage.of), tensors(stage.name))
-            compared.fusion += compare_tensors(instrumented, tensors(stage.name),
-                                               **tolerances, reference=stage.of,
-                                               target=stage.name)  # fmt: skip
-    except ReprokitError as exc:
-        compared.problem = str(exc).split("\n")[0]
-    return compared
