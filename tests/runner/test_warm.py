@@ -242,12 +242,13 @@ def test_idle_zero_ends_the_server_with_its_run(tmp_path):
 
 
 FINALIZERS = """{#- reprokit
-title = "Each stage leaves a temporary folder for its exit to remove"
+title = "Each stage leaves a temporary folder for its exit to remove, and draws from numpy"
 [params]
 root = {type = "str", default = "", help = "where the folders go"}
 -#}
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -265,27 +266,45 @@ else:
     KEPT = tempfile.TemporaryDirectory(prefix=f"stage-{args.stage}-", dir={{ root }})
     (args.workdir / args.stage).mkdir(parents=True, exist_ok=True)
     (args.workdir / args.stage / "result.json").write_text(json.dumps({"stage": args.stage}))
+    if "numpy.random" in sys.modules:  # imported by the server, before the fork
+        draw = sys.modules["numpy.random"].rand()
+        (args.workdir / args.stage / "draw.txt").write_text(repr(draw))
 """
+
+
+def forked_twice(tmp_path: Path, monkeypatch, server_imports: str) -> tuple:
+    """Two stages forked from a server whose start ran ``server_imports`` (a sitecustomize:
+    before any fork); each leaves a temporary folder in tmp_path/tmp for its exit to remove and
+    draws from numpy where the server imported it. The variant's result and the folder."""
+    root, site, templates = tmp_path / "tmp", tmp_path / "site", tmp_path / "templates"
+    for folder in (root, site, templates):
+        folder.mkdir()
+    (site / "sitecustomize.py").write_text(server_imports)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    (templates / "finalizers.py.j2").write_text(FINALIZERS)
+    case = tmp_path / "forked.toml"
+    case.write_text(f'[case]\ntitle = "t"\ntemplate = "finalizers"\n[params]\nroot = "{root}"\n')
+    variants = load_variants([str(case)], templates=[templates])
+    (variant,) = run(variants, run_dir=tmp_path / "run", options=Options(cache=False)).variants
+    assert [(s.status, s.started) for s in variant.stages] == [(Status.OK, "warm")] * 2
+    return variant, root
 
 
 def test_a_stage_runs_its_own_exit_cleanups_not_the_servers(tmp_path, lingering, monkeypatch):
     """weakref.finalize's exit-time cleanups: a stage's own run as it ends (its temporary
     folder is removed), those its server's imports made do not (torch_xla's import makes a
     temporary folder: the first stage to end would remove it from under the server)."""
-    root, site, templates = tmp_path / "tmp", tmp_path / "site", tmp_path / "templates"
-    for folder in (root, site, templates):
-        folder.mkdir()
-    (site / "sitecustomize.py").write_text(  # imported by the server, before any fork
-        f"import os, tempfile\nKEPT = tempfile.TemporaryDirectory("
-        f"prefix=f'server-{{os.getpid()}}-', dir={str(root)!r})\n"
-    )
-    monkeypatch.setenv("PYTHONPATH", str(site))
-    (templates / "finalizers.py.j2").write_text(FINALIZERS)
-    case = tmp_path / "cleanups.toml"
-    case.write_text(f'[case]\ntitle = "t"\ntemplate = "finalizers"\n[params]\nroot = "{root}"\n')
-    variants = load_variants([str(case)], templates=[templates])
-    summary = run(variants, run_dir=tmp_path / "run", options=Options(cache=False))
-    (variant,) = summary.variants
-    assert [(s.status, s.started) for s in variant.stages] == [(Status.OK, "warm")] * 2
+    root = str(tmp_path / "tmp")
+    made = f"KEPT = tempfile.TemporaryDirectory(prefix=f'server-{{os.getpid()}}-', dir={root!r})"
+    _, root = forked_twice(tmp_path, monkeypatch, f"import os, tempfile\n{made}\n")
     left = sorted(path.name.rsplit("-", 1)[0] for path in root.iterdir())
     assert left == sorted(f"server-{pid}" for pid in server_pids())  # no stage's is left
+
+
+def test_numpy_imported_by_the_server_draws_anew_in_each_stage(tmp_path, monkeypatch):
+    """numpy's global generator, seeded at its import, is reseeded in each fork: two stages
+    draw different numbers, as two cold processes do (not the server's next number twice)."""
+    variant, _ = forked_twice(tmp_path, monkeypatch, "import numpy.random\n")
+    stages = tmp_path / "run" / variant.label / "stages"
+    draws = [(stages / name / "draw.txt").read_text() for name in ("one", "two")]
+    assert draws[0] != draws[1]
