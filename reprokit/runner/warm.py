@@ -22,7 +22,8 @@ OpenBLAS and the interpreter PYTHON*; rather than trust a list, the whole enviro
 server except :data:`NOT_KEYED`: :data:`RUNTIME_READ`, the variables shown to be read only
 when the runtime starts (set after ``import torch_xla``, CPU_NUM_DEVICES=4 gives four devices,
 an unknown flag in XLA_FLAGS aborts only at the first device use, XLA_SAVE_TENSORS_FILE still
-gets the graphs), and the shell's and pytest's bookkeeping. (torch_xla's import also appends
+gets the graphs), and the shell's, the terminal's and pytest's bookkeeping (:data:`SESSION`:
+two terminals share a server). (torch_xla's import also appends
 ``--xla_cpu_enable_fast_math=false`` to XLA_FLAGS: the child redoes that on its own
 XLA_FLAGS.) A cpu stage is forked from a server without torch_xla: its import patches torch
 (dynamo config, clip_grad_norm_), which a cold cpu stage never sees.
@@ -77,9 +78,14 @@ MAX_DEATHS = 2  # a server that died this often is not started again: cold start
 READY = 600.0  # seconds a server may take to import (a loaded machine, a slow disk)
 IDLE = "REPROKIT_WARM_IDLE"  # seconds a server waits for the next run; 0: it ends with its run
 LINGER = 600.0  # ... when that is not set
-# Set by the shell or pytest, per directory or per test, and read by no import: a server is
-# kept for a run in another folder, or for pytest's next item
-NOT_KEYED = RUNTIME_READ | {"PWD", "OLDPWD", "SHLVL", "_", "PYTEST_CURRENT_TEST"}
+# Set by the shell, the terminal or pytest, per folder, window, login or test, and read by no
+# import: a server is kept for a run in another folder, another terminal (tmux, ssh, an IDE's),
+# or pytest's next item; REPROKIT_CACHE is where the harness keeps results, no stage's concern
+SESSION = {"PWD", "OLDPWD", "SHLVL", "_", "PYTEST_CURRENT_TEST", "TERM", "COLORTERM", "COLUMNS",
+           "LINES", "DISPLAY", "WINDOWID", "TMUX", "TMUX_PANE", "STY", "WINDOW", "SSH_CLIENT",
+           "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "TERM_PROGRAM", "TERM_PROGRAM_VERSION",
+           "TERM_SESSION_ID", "XDG_SESSION_ID", "REPROKIT_CACHE"}  # fmt: skip
+NOT_KEYED = RUNTIME_READ | SESSION
 ANSWER = 60.0  # seconds the server may take to fork, or to reap a killed child
 
 

@@ -207,11 +207,15 @@ def wait_gone(pids: list[int], limit: float = 10.0) -> list[int]:
     return left
 
 
-def test_a_server_outlives_its_run_and_serves_the_next(tmp_path, lingering):
+def test_a_server_outlives_its_run_and_serves_the_next_from_another_terminal(
+    tmp_path, lingering, monkeypatch
+):
     options = Options(cache=False)
     first = run(faults(tmp_path, "one", ""), run_dir=tmp_path / "one", options=options)
     servers = server_pids()
     assert servers, "no warm server left for the next run"
+    monkeypatch.setenv("TMUX", "/tmp/tmux-1000/default,4242,0")  # a run from a tmux pane
+    monkeypatch.setenv("TERM", "tmux-256color")
     second = run(faults(tmp_path, "two", ""), run_dir=tmp_path / "two", options=options)
     assert server_pids() == servers  # forked from the same one: none started
     for summary in (first, second):
