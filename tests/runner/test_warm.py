@@ -276,10 +276,10 @@ else:
 """
 
 
-def forked_twice(tmp_path: Path, monkeypatch, server_imports: str) -> tuple:
+def forked_twice(tmp_path: Path, monkeypatch, server_imports: str):
     """Two stages forked from a server whose start ran ``server_imports`` (a sitecustomize:
     before any fork); each leaves a temporary folder in tmp_path/tmp for its exit to remove and
-    draws from numpy where the server imported it. The variant's result and the folder."""
+    draws from numpy where the server imported it. The variant's result."""
     root, site, templates = tmp_path / "tmp", tmp_path / "site", tmp_path / "templates"
     for folder in (root, site, templates):
         folder.mkdir()
@@ -291,16 +291,18 @@ def forked_twice(tmp_path: Path, monkeypatch, server_imports: str) -> tuple:
     variants = load_variants([str(case)], templates=[templates])
     (variant,) = run(variants, run_dir=tmp_path / "run", options=Options(cache=False)).variants
     assert [(s.status, s.started) for s in variant.stages] == [(Status.OK, "warm")] * 2
-    return variant, root
+    return variant
 
 
 def test_a_stage_runs_its_own_exit_cleanups_not_the_servers(tmp_path, lingering, monkeypatch):
     """weakref.finalize's exit-time cleanups: a stage's own run as it ends (its temporary
     folder is removed), those its server's imports made do not (torch_xla's import makes a
     temporary folder: the first stage to end would remove it from under the server)."""
-    root = str(tmp_path / "tmp")
-    made = f"KEPT = tempfile.TemporaryDirectory(prefix=f'server-{{os.getpid()}}-', dir={root!r})"
-    _, root = forked_twice(tmp_path, monkeypatch, f"import os, tempfile\n{made}\n")
+    root = tmp_path / "tmp"
+    made = (
+        f"KEPT = tempfile.TemporaryDirectory(prefix=f'server-{{os.getpid()}}-', dir={str(root)!r})"
+    )
+    forked_twice(tmp_path, monkeypatch, f"import os, tempfile\n{made}\n")
     left = sorted(path.name.rsplit("-", 1)[0] for path in root.iterdir())
     assert left == sorted(f"server-{pid}" for pid in server_pids())  # no stage's is left
 
@@ -308,7 +310,7 @@ def test_a_stage_runs_its_own_exit_cleanups_not_the_servers(tmp_path, lingering,
 def test_numpy_imported_by_the_server_draws_anew_in_each_stage(tmp_path, monkeypatch):
     """numpy's global generator, seeded at its import, is reseeded in each fork: two stages
     draw different numbers, as two cold processes do (not the server's next number twice)."""
-    variant, _ = forked_twice(tmp_path, monkeypatch, "import numpy.random\n")
+    variant = forked_twice(tmp_path, monkeypatch, "import numpy.random\n")
     stages = tmp_path / "run" / variant.label / "stages"
     draws = [(stages / name / "draw.txt").read_text() for name in ("one", "two")]
     assert draws[0] != draws[1]
