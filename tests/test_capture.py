@@ -433,6 +433,32 @@ def test_tensors_given_one_by_one_are_saved_as_torch_save_does(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tensors.pt"]
 
 
+def test_results_are_copied_on_one_thread_and_the_stage_computes_on_all(
+    captured, tmp_path, monkeypatch
+):
+    """The harness copies each result to the host on one thread (after a parallel copy,
+    OpenMP's threads spin and take a core from XLA's compiling and the writer), and gives
+    the stage every thread back before it computes the next: a CPU stage's numbers, which
+    may depend on the threads, are those of a run that saves nothing."""
+    script = import_script(render_case(captured["cnn"], tmp_path / "run"))
+    copies, computed, clone = [], [], torch.Tensor.clone
+    monkeypatch.setattr(torch.Tensor, "clone", lambda self, *args, **kwargs: (
+        copies.append(torch.get_num_threads()), clone(self, *args, **kwargs))[1])
+
+    def stage():
+        for i in range(3):
+            computed.append(torch.get_num_threads())
+            yield f"node.{i:04d}.add", torch.randn(4, 6).t()  # strided: copied into its own
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        script.save_tensors(stage(), tmp_path / "tensors.pt")
+    finally:
+        torch.set_num_threads(threads)
+    assert computed == [3, 3, 3] and copies == [1, 1, 1]
+
+
 def test_a_stage_failing_half_way_leaves_no_tensors_file(captured, tmp_path):
     script = import_script(render_case(captured["cnn"], tmp_path / "run"))
 
