@@ -442,14 +442,17 @@ def test_results_are_copied_on_one_thread_and_the_stage_computes_on_all(
     may depend on the threads, are those of a run that saves nothing."""
     script = import_script(render_case(captured["cnn"], tmp_path / "run"))
     copies, computed, clone = [], [], torch.Tensor.clone
-    monkeypatch.setattr(torch.Tensor, "clone", lambda self, *args, **kwargs: (
-        copies.append(torch.get_num_threads()), clone(self, *args, **kwargs))[1])
+
+    def counted_clone(tensor, *args, **kwargs):
+        copies.append(torch.get_num_threads())
+        return clone(tensor, *args, **kwargs)
 
     def stage():
         for i in range(3):
             computed.append(torch.get_num_threads())
             yield f"node.{i:04d}.add", torch.randn(4, 6).t()  # strided: copied into its own
 
+    monkeypatch.setattr(torch.Tensor, "clone", counted_clone)
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
