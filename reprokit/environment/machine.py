@@ -188,26 +188,27 @@ def collect_env(_: None = None) -> dict[str, Any]:
 
 
 PIP_LIST = ["-mpip", "list", "--format=freeze"]  # what collect_env runs with sys.executable
-# What it prints, read from the installed packages' metadata by a fresh interpreter (the same
-# sys.path as pip's): each distribution once (the first found, as pip sees it), by the name its
-# metadata spells, sorted as pip sorts them
-FREEZE = """
-from importlib import metadata
-found = {}
-for dist in metadata.distributions():
-    name = dist.metadata["Name"]
-    if name and (key := name.lower().replace("_", "-")) not in found:
-        found[key] = f"{name}=={dist.version}"
-print("\\n".join(found[key] for key in sorted(found)))
-"""
+
+
+def pip_freeze() -> str:
+    """What ``python -mpip list --format=freeze`` prints (stripped, as collect_env reads it),
+    read from the installed packages' metadata on this interpreter's path: each distribution
+    once (the first found, as pip sees it), by the name its metadata spells, sorted as pip
+    sorts them."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and (key := name.lower().replace("_", "-")) not in found:
+            found[key] = f"{name}=={dist.version}"
+    return "\n".join(found[key] for key in sorted(found))
 
 
 @contextmanager
 def _pip_list_from_metadata(collect_env: Any) -> Iterator[None]:
-    """collect_env's ``python -mpip list --format=freeze`` answered by :data:`FREEZE`: the same
-    lines (collect_env filters them itself), without pip's start, which is 1.0 s of the
-    capture's 1.1 s. Its other commands, or a collect_env that asks pip otherwise, run as
-    they are."""
+    """collect_env's ``python -mpip list --format=freeze`` answered by :func:`pip_freeze`
+    here: the same lines (collect_env filters them itself) without starting pip (1.0 s of
+    the capture's 1.1 s) or another interpreter (0.2 s of CPU, on a core the stages share).
+    Its other commands, or a collect_env that asks pip otherwise, run as they are."""
     asking = getattr(collect_env, "get_pip_packages", None)
     if asking is None:
         yield
@@ -216,7 +217,7 @@ def _pip_list_from_metadata(collect_env: Any) -> Iterator[None]:
     def answered(run_lambda: Any, *args: Any, **kwargs: Any) -> Any:
         def run(command: Any) -> Any:
             if isinstance(command, list) and command[1:] == PIP_LIST:
-                return run_lambda([command[0], "-c", FREEZE])
+                return 0, pip_freeze(), ""  # run_lambda's (returncode, stdout, stderr)
             return run_lambda(command)
 
         return asking(run, *args, **kwargs)
