@@ -16,6 +16,11 @@ Before the rounds, one untimed run starts the warm servers, as a user's previous
 them (they wait ``REPROKIT_WARM_IDLE`` seconds for the next run). ``--idle 0``: every run
 starts and ends its own servers, as before they lingered (their imports are then most of a
 run, and the same on both sides).
+
+Each run's CPU is read from /proc/stat (Linux; the whole machine's busy time, so on an idle
+machine the run's: the CLI, the servers' forks and every stage): a run's core-seconds over
+``--jobs`` cores is the least time ``-n JOBS`` could take, packed perfectly, and that over
+the ``-n 1`` time is the lowest ratio this much work allows (printed as the bound).
 """
 
 from __future__ import annotations
@@ -32,7 +37,20 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 
 
-def suite(run_dir: Path, jobs: int, small: bool = False, idle: str | None = None) -> float:
+def busy() -> float | None:
+    """Core-seconds the machine has been busy since boot (Linux), None elsewhere."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    except OSError:
+        return None
+    idle, iowait = fields[3], fields[4]
+    return (sum(fields[:8]) - idle - iowait) / os.sysconf("SC_CLK_TCK")
+
+
+def suite(
+    run_dir: Path, jobs: int, small: bool = False, idle: str | None = None
+) -> tuple[float, float | None]:
+    """One run: its wall seconds, and the machine's busy core-seconds meanwhile (or None)."""
     command = [
         sys.executable,
         "-m",
@@ -46,12 +64,12 @@ def suite(run_dir: Path, jobs: int, small: bool = False, idle: str | None = None
     command += ["--cases", str(BENCH / "cases"), "--templates", str(BENCH / "templates")]
     command += ["-k", "[0] or [1] or [2] or [3]"] if small else []
     env = dict(os.environ, **({"REPROKIT_WARM_IDLE": idle} if idle is not None else {}))
-    start = time.perf_counter()
+    cpu, start = busy(), time.perf_counter()
     done = subprocess.run([*command, "-o", str(run_dir)], capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - start
+    seconds, after = time.perf_counter() - start, busy()
     if done.returncode != 0:
         sys.exit(f"reprokit run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return seconds
+    return seconds, None if cpu is None or after is None else after - cpu
 
 
 def main() -> None:
@@ -63,14 +81,17 @@ def main() -> None:
     args = parser.parse_args()
     one: list[float] = []
     many: list[float] = []
+    cpu: list[float] = []  # both sides' runs: the work is the same whatever -n
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
-        first = suite(Path(tmp) / "first", args.jobs, args.small, args.idle)
+        first, _ = suite(Path(tmp) / "first", args.jobs, args.small, args.idle)
         print(f"first run (-n {args.jobs}, starts the warm servers unless running): {first:.1f} s")
         for i in range(args.repeat):
             load = os.getloadavg()[0]
             sides = [(1, one, "one"), (args.jobs, many, "many")]
             for jobs, times, name in sides if i % 2 == 0 else sides[::-1]:
-                times.append(suite(Path(tmp) / f"{name}{i}", jobs, args.small, args.idle))
+                seconds, used = suite(Path(tmp) / f"{name}{i}", jobs, args.small, args.idle)
+                times.append(seconds)
+                cpu += [used] if used is not None else []
             print(f"round {i + 1}: -n 1 {one[-1]:.1f} s, -n {args.jobs} {many[-1]:.1f} s, "
                   f"ratio {many[-1] / one[-1]:.2f} (load average {load:.1f})")  # fmt: skip
     for name, pick in (("median", statistics.median), ("best", min)):
@@ -81,6 +102,12 @@ def main() -> None:
         )
     ratios = [m / o for m, o in zip(many, one, strict=True)]
     print(f"median of the rounds' ratios: {statistics.median(ratios):.2f} (target <= 0.60)")
+    if cpu:
+        used = statistics.median(cpu)
+        print(f"a run's CPU: {used:.2f} core-s (median of both sides' runs); -n 1 keeps "
+              f"{used / statistics.median(one):.2f} cores busy; the bound, that CPU packed "
+              f"perfectly on {args.jobs} cores: ratio "
+              f"{used / args.jobs / statistics.median(one):.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
