@@ -11,10 +11,18 @@ from reprokit.environment import machine
 
 
 def test_the_package_list_is_pips_own():
-    env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PATH": "/usr/bin:/bin"}
-    pip = [sys.executable, *machine.PIP_LIST]
-    done = subprocess.run(pip, capture_output=True, text=True, env=env, check=True)
-    assert machine.pip_freeze() == done.stdout.strip()
+    """In a fresh interpreter, as where reprokit asks (a fork of a warm server, or the CLI):
+    this process's sys.path is pytest's, which earlier tests add to (importing Ray puts its
+    vendored colorama and psutil on it)."""
+
+    def printed(*command: str) -> str:
+        env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PATH": "/usr/bin:/bin"}
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    ours = "from reprokit.environment.machine import pip_freeze; print(pip_freeze())"
+    assert printed("-c", ours) == printed(*machine.PIP_LIST)
 
 
 def test_collect_env_gives_the_same_fields_without_running_pip():
