@@ -163,7 +163,7 @@ def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
     source = template.path.read_text(encoding="utf-8")
     try:
         context = _context(variant)
-        unset = sorted(meta.find_undeclared_variables(env.parse(source)) - context.keys())
+        unset = sorted(_undeclared(env, source) - context.keys())
         if unset:
             raise ReprokitError(
                 f"the template uses {', '.join(unset)}, which it does not declare",
