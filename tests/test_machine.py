@@ -40,3 +40,14 @@ def test_collect_env_gives_the_same_fields_without_running_pip():
     assert fast == plain and pip_packages[1] == plain["pip_packages"]
     assert not [c for c in asked if "pip" in " ".join(map(str, c))]  # answered, not run
     assert collect_env.get_pip_packages.__name__ == "get_pip_packages"  # put back
+
+
+def test_versions_are_read_again_after_an_install(tmp_path, monkeypatch):
+    """Kept between calls (a run asks 6 times), but not past an install into sys.path."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert machine.versions()["jax"] is None
+    assert machine.versions() == machine.versions()
+    found = tmp_path / "jax-9.9.dist-info"  # what pip or uv leaves in site-packages
+    found.mkdir()
+    (found / "METADATA").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 9.9\n")
+    assert machine.versions()["jax"] == "9.9"

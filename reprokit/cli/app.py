@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import gc
 import inspect
 import os
 import sys
@@ -131,6 +132,7 @@ _python_show_warning = warnings.showwarning
 def main() -> None:
     """The console script ``reprokit``."""
     signals.install()  # SIGTERM and SIGHUP stop a command as Ctrl-C does: exit 130
+    gc.freeze()  # the CLI's modules live until the exit: the command's collections skip them
     code: object = 0
     try:
         app()
@@ -142,12 +144,14 @@ def main() -> None:
 
 
 def _end(code: object) -> None:
-    """Exit with ``code``. Where a command imported torch (a run's comparisons, a report),
-    Python's own teardown of it takes half a second after everything is written (C++
-    destructors, the collection of thousands of objects): the exit handlers still run (they
-    end what libraries started: Ray, thread pools, logging), the streams are flushed, and the
-    process ends without that teardown. atexit._run_exitfuncs is CPython's own; no library
-    offers "exit now, handlers run"."""
+    """Exit with ``code``. Python's teardown ends with a collection of every object left,
+    none of them garbage: 40 ms of a 0.3 s re-run, which the freeze spares. Where a command
+    imported torch (a run's comparisons, a report), the teardown takes half a second more
+    (C++ destructors): the exit handlers still run (they end what libraries started: Ray,
+    thread pools, logging), the streams are flushed, and the process ends without that
+    teardown. atexit._run_exitfuncs is CPython's own; no library offers "exit now, handlers
+    run"."""
+    gc.freeze()
     if "torch" not in sys.modules or not (code is None or isinstance(code, int)):
         raise SystemExit(code)
     atexit._run_exitfuncs()

@@ -10,6 +10,7 @@ when a variant has tensors to compare, so that the runner starts without it.
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,9 +136,15 @@ def compare_stages(
 
 def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path) -> str:
     """The bytes of every tensors.pt compared, how they are compared, and the code comparing."""
-    comparing = ("pairs.py", "trust.py", "tensors.py", "checkpoints.py", "reading.py", "formats.py")
-    code = {name: file_digest(Path(__file__).parent / name) for name in comparing}
     names = {n for s in pairs for n in (s.name, s.reference, judges[s.name]) if n}
     tensors = {n: file_digest(folder / "stages" / n / "tensors.pt") for n in sorted(names)}
     how = [[s.name, s.reference, judges[s.name], s.role, s.of] for s in pairs]
-    return Store.key(code, tensors, how, variant.tolerances, versions())
+    return Store.key(_comparing_code(), tensors, how, variant.tolerances, versions())
+
+
+@functools.cache
+def _comparing_code() -> dict[str, str | None]:
+    """The comparison code's files, hashed once a process: the code this run compares with
+    (its warm servers start with the run)."""
+    comparing = ("pairs.py", "trust.py", "tensors.py", "checkpoints.py", "reading.py", "formats.py")
+    return {name: file_digest(Path(__file__).parent / name) for name in comparing}

@@ -17,6 +17,7 @@ installed.
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib.util
 import json
@@ -57,14 +58,28 @@ print(json.dumps({"device_kind": xr.device_type(), "device_count": xr.global_run
 
 
 def versions() -> dict[str, str | None]:
-    """Installed versions, read from package metadata (nothing is imported)."""
-    found = {}
+    """Installed versions, read from package metadata (nothing is imported). Read again only
+    when an install or uninstall has changed a folder of sys.path (its mtime): a run asks for
+    them 6 times, a scan of sys.path for each of 9 packages."""
+    return dict(_versions(tuple(_mtime(entry) for entry in sys.path)))
+
+
+@functools.lru_cache(maxsize=1)
+def _versions(_path: tuple[tuple[str, int], ...]) -> tuple[tuple[str, str | None], ...]:
+    found = []
     for name in PACKAGES:
         try:
-            found[name] = metadata.version(name)
+            found.append((name, metadata.version(name)))
         except metadata.PackageNotFoundError:
-            found[name] = None
-    return found
+            found.append((name, None))
+    return tuple(found)
+
+
+def _mtime(entry: str) -> tuple[str, int]:
+    try:
+        return entry, os.stat(entry or ".").st_mtime_ns
+    except OSError:
+        return entry, 0
 
 
 def torch_xla_matches(found: dict[str, str | None]) -> bool | None:
