@@ -227,3 +227,28 @@ def test_a_case_that_sets_the_seeds_old_fault_runs_with_a_warning(cli, tmp_path)
     assert "remove perturb_layer from the case" in old.stderr
     assert "deprecated" not in new.stderr
     assert old.stdout == new.stdout  # the fault is gone, nothing else changed
+
+
+def test_compiled_templates_are_kept_and_a_changed_template_renders_anew(tmp_path, results_cache):
+    case = broken_template(tmp_path, "x = 1\n")
+    template = tmp_path / "templates" / "broken.py.j2"
+
+    def rendered() -> str:  # a fresh process: nothing of the last render is left in memory
+        command = [sys.executable, "-m", "reprokit", "render", str(case)]
+        found = subprocess.run([*command, "--templates", str(template.parent)], text=True,
+                               capture_output=True, check=True)  # fmt: skip
+        return found.stdout
+
+    assert "x = 1" in rendered()
+    assert list((results_cache / "templates").glob("*/__jinja2_*.cache"))  # Jinja's own
+    template.write_text("x = 2\n")
+    assert "x = 2" in rendered()
+
+
+def test_a_cache_that_cannot_be_written_leaves_rendering_as_it_was(tmp_path, monkeypatch):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("REPROKIT_CACHE", str(blocked))
+    (variant,) = load_variants([str(broken_template(tmp_path, "x = 3\n"))],
+                               templates=[tmp_path / "templates"])  # fmt: skip
+    assert "x = 3" in render(variant, templates=[tmp_path / "templates"])
