@@ -34,7 +34,6 @@ from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.templates import template_dirs
 from reprokit.generate.variables import with_variables
 from reprokit.infra.caching import cache_root
-from reprokit.infra.python_source import parse_python
 
 COMMENT_WIDTH = 96  # a wrapped comment line, "# " included, stays within 98 columns
 # the torch.optim class of each `optimizer` choice of the built-in templates
@@ -215,8 +214,10 @@ def render(variant: Variant, *, templates: Iterable[Path] = ()) -> str:
         raise ReprokitError(f"cannot render: {exc}", template.path, line) from None
     except SyntaxError as exc:  # with_variables reads the script: it is not Python
         raise _not_python(exc, template.path) from None
-    try:  # compiled from the tree the runner reads the stages from next (python_source.py)
-        compile(parse_python(script), f"{variant.label}.py", "exec")
+    try:  # from the text, with no Python AST made: a run renders every variant before it
+        # lists the first's stages, which parses the script (python_source.py's few trees
+        # would no longer hold this one by then in a run of more than a few variants)
+        compile(script, f"{variant.label}.py", "exec")
     except SyntaxError as exc:
         raise _not_python(exc, template.path) from None
     return script
