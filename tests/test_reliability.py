@@ -122,6 +122,34 @@ def test_words_like_signal_and_key_are_not_redacted():
     assert redact_text(line, known=[]) == line
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Captured LastTokenEmbedding: every operation on CPU, XLA vs float64",  # capture's title
+        "Captured XLMRobertaForTokenClassification: every operation",
+        "the last token embeddings of a decoder, basic operations and basic building blocks",
+        "tokenizer: gpt2; author: Jane Doe",
+    ],
+)
+def test_prose_and_model_names_are_not_redacted(line):
+    """Found on a capture: its report's title had "every" redacted after LastTokenEmbedding."""
+    assert redact_text(line, known=[]) == line
+
+
+@pytest.mark.parametrize(
+    ("line", "hidden"),
+    [
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
+        ("Authorization: token ghx1234567890", "ghx1234567890"),
+        ("authToken: abcdefgh", "abcdefgh"),
+        ("client_secrets: abcdefgh", "abcdefgh"),
+        ("password: correcthorse", "correcthorse"),
+    ],
+)
+def test_secrets_after_those_words_still_are(line, hidden):
+    assert hidden not in redact_text(line, known=[])
+
+
 def test_connection_strings_and_webhooks_are_secret_names():
     assert is_secret_name("AZURE_STORAGE_CONNECTION_STRING")
     assert is_secret_name("SLACK_WEBHOOK_URL")

@@ -2,11 +2,12 @@
 
 Each cache is a namespace, a folder under :func:`cache_root` (``results/``, ``envs/``,
 ``comparisons/``, ``reduced/``, ``environments/``, ``minimize/``), and decides what its key is
-made of (``templates/`` is Jinja's own, generate/render.py); the store decides how a key is hashed (:meth:`Store.key`), and how an entry is
-written so that a reader never sees half of one: a JSON entry is replaced atomically
-(:meth:`Store.put_json`), a folder entry is made under a temporary name and renamed into place
-whole (:meth:`Store.put_folder`), and writers of the same folder entry can take its file lock
-(:meth:`Store.lock`) so that one builds it while the others wait.
+made of (``templates/`` is Jinja's own: generate/render.py); the store decides how a key is
+hashed (:meth:`Store.key`), and how an entry is written so that a reader never sees half of
+one: a JSON entry is replaced atomically (:meth:`Store.put_json`), a folder entry is made under
+a temporary name and renamed into place whole (:meth:`Store.put_folder`), and writers of the
+same folder entry can take its file lock (:meth:`Store.lock`) so that one builds it while the
+others wait.
 
 What the store does not do is judge what an entry is worth: a cache that finds an entry it
 cannot use (another version's record, a broken file) treats it as missing.

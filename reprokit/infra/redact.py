@@ -42,10 +42,13 @@ _SHAPES = [
     ]
 ]
 # Keep the name, hide the value: `Authorization: Bearer x`, `password=x`, `"api_key": "x"`.
-_BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*")
+# "basic" and "token" begin prose too ("basic operations", "token embeddings"): after them, a
+# value only where it looks made (_made). A name holds its word whole, at its end or before a
+# separator: not LastTokenEmbedding, tokenizer or author (a model's name in a report's title).
+_BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9\-._~+/]{8,}=*)")
 _ASSIGNMENT = re.compile(
     r"(?i)\b([\w.-]*(?:token|secret|passw(?:or)?d|passwd|credential|api[_-]?key|access[_-]?key|"
-    r"private[_-]?key|auth)[\w.-]*)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;]{4,})"
+    r"private[_-]?key|auth(?:orization)?)s?(?:[_.-][\w.-]*)?)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;]{4,})"
 )
 # Azure: `AccountKey=...;` in connection strings, `&sig=...` in SAS URLs (name kept).
 _AZURE = re.compile(r"(?i)(\b(?:AccountKey|SharedAccessKey)=|[?&]sig=)([^\s;&\"']{8,})")
@@ -75,10 +78,23 @@ def redact_text(text: str, known: Iterable[str] | None = None) -> str:
         text = text.replace(value, MARKER)
     for shape in _SHAPES:
         text = shape.sub(MARKER, text)
-    text = _BEARER.sub(lambda m: f"{m[1]}{m[2]}{MARKER}", text)
+    text = _BEARER.sub(_bearer, text)
     text = _ASSIGNMENT.sub(lambda m: f"{m[1]}{m[2]}{MARKER}", text)
     text = _AZURE.sub(lambda m: f"{m[1]}{MARKER}", text)
     return _URL_PASSWORD.sub(lambda m: f"{m[1]}:{MARKER}@", text)
+
+
+def _bearer(match: re.Match[str]) -> str:
+    scheme, space, value = match.groups()
+    if scheme.lower() != "bearer" and not _made(value):
+        return match[0]
+    return f"{scheme}{space}{MARKER}"
+
+
+def _made(value: str) -> bool:
+    """Whether a value looks generated (a key, a hash, base64) rather than written: a digit,
+    a symbol, or a capital letter after its first."""
+    return any(c.isdigit() or c in "-._~+/=" for c in value) or any(c.isupper() for c in value[1:])
 
 
 def redact_file(path: Path, known: Iterable[str] | None = None) -> None:
