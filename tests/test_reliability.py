@@ -128,7 +128,7 @@ def test_words_like_signal_and_key_are_not_redacted():
         "Captured LastTokenEmbedding: every operation on CPU, XLA vs float64",  # capture's title
         "Captured XLMRobertaForTokenClassification: every operation",
         "the last token embeddings of a decoder, basic operations and basic building blocks",
-        "tokenizer: gpt2; author: Jane Doe",
+        "tokenizer: sentencepiece; author: Jane Doe",
     ],
 )
 def test_prose_and_model_names_are_not_redacted(line):
@@ -142,6 +142,7 @@ def test_prose_and_model_names_are_not_redacted(line):
         ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
         ("Authorization: token ghx1234567890", "ghx1234567890"),
         ("authToken: abcdefgh", "abcdefgh"),
+        ("secretKey: a1b2c3d4", "a1b2c3d4"),  # the word inside a name: a value that looks made
         ("client_secrets: abcdefgh", "abcdefgh"),
         ("password: correcthorse", "correcthorse"),
     ],

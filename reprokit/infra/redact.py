@@ -42,14 +42,18 @@ _SHAPES = [
     ]
 ]
 # Keep the name, hide the value: `Authorization: Bearer x`, `password=x`, `"api_key": "x"`.
-# "basic" and "token" begin prose too ("basic operations", "token embeddings"): after them, a
-# value only where it looks made (_made). A name holds its word whole, at its end or before a
-# separator: not LastTokenEmbedding, tokenizer or author (a model's name in a report's title).
+# Prose has these words too ("basic operations", "token embeddings", "LastTokenEmbedding: every
+# operation", a captured model's title): after "basic" or "token", and after a name that has a
+# secret word only inside a longer word (author, tokenizer, secretKey), a value is hidden only
+# where it looks made (_made); after a name that ends in the word, or has it before a
+# separator (password, GITHUB_TOKEN, api_key_id), whatever it is.
+_WORDS = (r"token|secret|passw(?:or)?d|passwd|credential|api[_-]?key|access[_-]?key|"
+          r"private[_-]?key|auth")  # fmt: skip
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9\-._~+/]{8,}=*)")
 _ASSIGNMENT = re.compile(
-    r"(?i)\b([\w.-]*(?:token|secret|passw(?:or)?d|passwd|credential|api[_-]?key|access[_-]?key|"
-    r"private[_-]?key|auth(?:orization)?)s?(?:[_.-][\w.-]*)?)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;]{4,})"
+    rf"(?i)\b([\w.-]*(?:{_WORDS})[\w.-]*)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;]{{4,}})"
 )
+_WHOLE_WORD = re.compile(rf"(?i)(?:{_WORDS})s?(?:[_.-]|$)")
 # Azure: `AccountKey=...;` in connection strings, `&sig=...` in SAS URLs (name kept).
 _AZURE = re.compile(r"(?i)(\b(?:AccountKey|SharedAccessKey)=|[?&]sig=)([^\s;&\"']{8,})")
 _URL_PASSWORD = re.compile(r"(?<=://)([^/\s:@]+):([^/\s@]+)@")
@@ -79,7 +83,7 @@ def redact_text(text: str, known: Iterable[str] | None = None) -> str:
     for shape in _SHAPES:
         text = shape.sub(MARKER, text)
     text = _BEARER.sub(_bearer, text)
-    text = _ASSIGNMENT.sub(lambda m: f"{m[1]}{m[2]}{MARKER}", text)
+    text = _ASSIGNMENT.sub(_assignment, text)
     text = _AZURE.sub(lambda m: f"{m[1]}{MARKER}", text)
     return _URL_PASSWORD.sub(lambda m: f"{m[1]}:{MARKER}@", text)
 
@@ -89,6 +93,13 @@ def _bearer(match: re.Match[str]) -> str:
     if scheme.lower() != "bearer" and not _made(value):
         return match[0]
     return f"{scheme}{space}{MARKER}"
+
+
+def _assignment(match: re.Match[str]) -> str:
+    name, equals, value = match.groups()
+    if not _WHOLE_WORD.search(name) and not _made(value):
+        return match[0]
+    return f"{name}{equals}{MARKER}"
 
 
 def _made(value: str) -> bool:
