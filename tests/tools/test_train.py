@@ -203,7 +203,7 @@ def _script(case: Path, tmp_path: Path, **params):
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_the_scripts_optimizer_is_torch_optims_update(captured, tmp_path, optimizer):
     """The update written as tensor math agrees with torch.optim's own, step by step (to
-    float32 rounding: torch.optim lerps and keeps its bias corrections in float64)."""
+    float32 rounding: torch.optim keeps its bias corrections in float64)."""
     script = _script(captured["elu"], tmp_path, optimizer=optimizer, lr=0.05)
     torch.manual_seed(0)
     mine = {"w": torch.randn(4, 3), "b": torch.randn(3)}
@@ -218,6 +218,18 @@ def test_the_scripts_optimizer_is_torch_optims_update(captured, tmp_path, optimi
         mine = script.update(mine, grads, state)
         for k, p in theirs.items():
             torch.testing.assert_close(mine[k], p.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_scripts_adam_squares_a_float16_gradient_as_torch_optim_does(captured, tmp_path):
+    """torch.optim.Adam's addcmul scales grad * grad before rounding it to float16; the script's
+    plain g * g overflowed from |g| = 256 (its state inf, the parameter frozen)."""
+    script = _script(captured["elu"], tmp_path, optimizer="adam", lr=0.05)
+    grads = {"w": torch.tensor([1.0, 255.0, 300.0], dtype=torch.float16)}
+    theirs = torch.nn.Parameter(torch.zeros(3, dtype=torch.float16))
+    theirs.grad = grads["w"].clone()
+    torch.optim.Adam([theirs], lr=0.05, foreach=False).step()
+    mine = script.update({"w": torch.zeros(3, dtype=torch.float16)}, grads, {})
+    torch.testing.assert_close(mine["w"], theirs.detach())
 
 
 @pytest.mark.parametrize(
