@@ -14,7 +14,6 @@ runs (refused, naming the case, when the two disagree).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -33,7 +32,7 @@ from markupsafe import Markup
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.templates import template_dirs
 from reprokit.generate.variables import with_variables
-from reprokit.infra.caching import cache_root
+from reprokit.infra.caching import cache_root, file_digest
 
 COMMENT_WIDTH = 96  # a wrapped comment line, "# " included, stays within 98 columns
 # the torch.optim class of each `optimizer` choice of the built-in templates
@@ -148,8 +147,7 @@ def environment(dirs: tuple[Path, ...], cache: Path | None = None) -> SandboxedE
 
 @cache
 def _compiled_templates(root: Path) -> Path:
-    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-    return root / "templates" / digest
+    return root / "templates" / str(file_digest(Path(__file__)))[:16]
 
 
 @lru_cache(maxsize=64)
