@@ -26,6 +26,7 @@ tensors.pt and what to leave out), so that an unchanged re-run reduces without t
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -89,8 +90,7 @@ def _reduce(stage_dir: Path, droppable: set[str], store: Store | None, offload: 
     path = stage_dir / TENSORS
     if not droppable or not path.is_file() or (stage_dir / SUMMARIES).exists():
         return 0
-    code = file_digest(Path(__file__))  # another way of reducing: other files
-    key = Store.key(file_digest(path), sorted(droppable), code) if store else ""
+    key = Store.key(file_digest(path), sorted(droppable), _reducing_code()) if store else ""
     entry = store.get_folder(key) if store else None
     if entry is not None and (entry / UNCHANGED).exists():
         return 0  # none of the droppable names is in it (a faithful stage: outputs only)
@@ -109,6 +109,13 @@ def _reduce(stage_dir: Path, droppable: set[str], store: Store | None, offload: 
 
         store.put_folder(key, fill)  # None: another run kept it first, or the disk is full
     return dropped
+
+
+@functools.cache
+def _reducing_code() -> str | None:
+    """This file, hashed once a process (another way of reducing: other files), not once a
+    stage: as verdict.py's comparing code."""
+    return file_digest(Path(__file__))
 
 
 def rewrite(request: dict[str, Any]) -> int:
