@@ -20,7 +20,10 @@ run, and the same on both sides).
 Each run's CPU is read from /proc/stat (Linux; the whole machine's busy time, so on an idle
 machine the run's: the CLI, the servers' forks and every stage): a run's core-seconds over
 ``--jobs`` cores is the least time ``-n JOBS`` could take, packed perfectly, and that over
-the ``-n 1`` time is the lowest ratio this much work allows (printed as the bound).
+the ``-n 1`` time is the lowest ratio this much work allows. Each round also runs one
+variant at ``-n 1``, which tells the run's fixed part (what runs before the first stage and
+after the last, whatever -n); with it on one core and the rest packed perfectly, Amdahl's
+bound is printed too: the least ratio any scheduling of this work could reach.
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ def busy() -> float | None:
 
 
 def suite(
-    run_dir: Path, jobs: int, small: bool = False, idle: str | None = None
+    run_dir: Path, jobs: int, count: int = 8, idle: str | None = None
 ) -> tuple[float, float | None]:
-    """One run: its wall seconds, and the machine's busy core-seconds meanwhile (or None)."""
+    """One run of the first ``count`` variants: its wall seconds, and the machine's busy
+    core-seconds meanwhile (or None)."""
     command = [
         sys.executable,
         "-m",
@@ -64,7 +68,7 @@ def suite(
         "--no-cache",
     ]
     command += ["--cases", str(BENCH / "cases"), "--templates", str(BENCH / "templates")]
-    command += ["-k", "[0] or [1] or [2] or [3]"] if small else []
+    command += ["-k", " or ".join(f"[{i}]" for i in range(count))]
     env = dict(os.environ, **({"REPROKIT_WARM_IDLE": idle} if idle is not None else {}))
     cpu, start = busy(), time.perf_counter()
     done = subprocess.run([*command, "-o", str(run_dir)], capture_output=True, text=True, env=env)
@@ -81,19 +85,22 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="four variants, not eight")
     parser.add_argument("--idle", help="REPROKIT_WARM_IDLE for every run (0: no lingering)")
     args = parser.parse_args()
+    count = 4 if args.small else 8
     one: list[float] = []
     many: list[float] = []
+    single: list[float] = []  # one variant at -n 1: the run's fixed part and one variant's work
     cpu: list[float] = []  # both sides' runs: the work is the same whatever -n
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
-        first, _ = suite(Path(tmp) / "first", args.jobs, args.small, args.idle)
+        first, _ = suite(Path(tmp) / "first", args.jobs, count, args.idle)
         print(f"first run (-n {args.jobs}, starts the warm servers unless running): {first:.1f} s")
         for i in range(args.repeat):
             load = os.getloadavg()[0]
             sides = [(1, one, "one"), (args.jobs, many, "many")]
             for jobs, times, name in sides if i % 2 == 0 else sides[::-1]:
-                seconds, used = suite(Path(tmp) / f"{name}{i}", jobs, args.small, args.idle)
+                seconds, used = suite(Path(tmp) / f"{name}{i}", jobs, count, args.idle)
                 times.append(seconds)
                 cpu += [used] if used is not None else []
+            single.append(suite(Path(tmp) / f"single{i}", 1, 1, args.idle)[0])
             print(f"round {i + 1}: -n 1 {one[-1]:.1f} s, -n {args.jobs} {many[-1]:.1f} s, "
                   f"ratio {many[-1] / one[-1]:.2f} (load average {load:.1f})")  # fmt: skip
     for name, pick in (("median", statistics.median), ("best", min)):
@@ -105,12 +112,26 @@ def main() -> None:
     ratios = [m / o for m, o in zip(many, one, strict=True)]
     print(f"median of the rounds' ratios: {statistics.median(ratios):.2f} (target <= 0.60)")
     if cpu:
-        used = statistics.median(cpu)
-        print(f"a run's CPU: {used:.2f} core-s (median of both sides' runs); -n 1 keeps "
-              f"{used / statistics.median(one):.2f} cores busy; the bound, that CPU packed "
-              f"perfectly on {args.jobs} cores: ratio "
-              f"{used / args.jobs / statistics.median(one):.2f}")  # fmt: skip
+        bounds(statistics.median(one), statistics.median(single), statistics.median(cpu),
+               count, args.jobs)  # fmt: skip
 
+
+def bounds(one: float, single: float, used: float, count: int, jobs: int) -> None:
+    """The least ratio this much work allows. Packed perfectly on ``jobs`` cores, a run's CPU
+    takes ``used / jobs``; but the run's fixed part (the interpreter, the CLI's imports, the
+    rendering before any stage, the summary after the last) runs before and after the
+    variants whatever -n. It is estimated from the -n 1 times: ``single`` (one variant) less
+    one variant's share of ``one`` (``count`` variants), taken to be one core's work; the rest
+    of the CPU packed perfectly on ``jobs`` cores then gives Amdahl's bound."""
+    each = (one - single) / (count - 1)
+    fixed = max(0.0, single - each)
+    packed = fixed + max(0.0, used - fixed) / jobs
+    print(f"a run's CPU: {used:.2f} core-s (median of both sides' runs); -n 1 keeps "
+          f"{used / one:.2f} cores busy; that CPU packed perfectly on {jobs} cores: "
+          f"ratio {used / jobs / one:.2f}")  # fmt: skip
+    print(f"the fixed part: {fixed:.2f} s of -n 1's {one:.2f} s (one variant {single:.2f} s, "
+          f"each further {each:.2f} s); with it on one core, the rest packed perfectly: "
+          f"ratio {packed / one:.2f} (Amdahl's bound)")  # fmt: skip
 
 if __name__ == "__main__":
     main()
