@@ -126,6 +126,22 @@ def test_nodes_are_described_with_their_module_and_the_users_line(captured, tmp_
     )
 
 
+def test_the_users_files_are_recorded_without_the_machines_folders(tmp_path, monkeypatch):
+    # a model file outside the working folder and the home folder is named alone; one under
+    # the home folder from ~; the program keeps no absolute path of either
+    elsewhere, home = tmp_path / "nrmx", tmp_path / "home"
+    for folder in (elsewhere, home / "project"):
+        folder.mkdir(parents=True)
+        shutil.copy(MODELS, folder / "models.py")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(Path(__file__).parent)
+    for folder, shown in ((elsewhere, "models.py"), (home / "project", "~/project/models.py")):
+        module, args, kwargs = load_factory(f"{folder / 'models.py'}:cnn")
+        traces = [n.meta.get("stack_trace") or "" for n in export(module, args, kwargs).graph.nodes]
+        assert any(f'File "{shown}", line' in trace for trace in traces)
+        assert not any(str(tmp_path) in trace for trace in traces)
+
+
 def test_random_inputs_leave_no_input_values(tmp_path):
     _, args, _ = load_factory(f"{MODELS}:cnn")
     kept = command(f"{MODELS}:cnn", name="kept", out_dir=tmp_path / "kept")

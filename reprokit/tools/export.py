@@ -37,7 +37,36 @@ def export(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         raise _refusal(name, exc) from None
     _refuse_value_dependent_shapes(name, program)
     _warn_if_random(program)
+    _public_traces(program)
     return program
+
+
+def _public_traces(program: Any) -> None:
+    """Each operation's recorded stack with the user's files as a public issue may show them
+    (the program travels into run folders, reports and bundles): relative to here when below
+    it, under ``~`` when below the home folder, else the file's name alone; never the
+    machine's layout (``/tmp/nrmx/model.py``). An installed package's file stays as it is:
+    the reports cut it to its packages folder (reports/paths.py)."""
+
+    def public(found: re.Match) -> str:
+        filename = found[1]
+        if _LIBRARY.search(filename) or filename.startswith("<"):
+            return found[0]
+        return f'File "{_public_file(Path(filename))}"'
+
+    for node in program.graph.nodes:
+        trace = node.meta.get("stack_trace")
+        if trace:
+            node.meta["stack_trace"] = re.sub(r'File "([^"]+)"', public, trace)
+
+
+def _public_file(path: Path) -> str:
+    for folder, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+        try:
+            return prefix + str(path.resolve().relative_to(folder.resolve()))
+        except (ValueError, RuntimeError, OSError):  # not below it; no home to tell
+            continue
+    return path.name
 
 
 @contextmanager
