@@ -52,12 +52,14 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 from reprokit.environment.variables import RUNTIME_READ
+from reprokit.errors import ReprokitWarning
 from reprokit.infra.offload import here
 from reprokit.infra.python_source import parse_python
 from reprokit.records import Status
@@ -463,6 +465,9 @@ def _linger(env: Iterable[tuple[str, str]]) -> float:
     try:
         return max(0.0, float(value)) if value.strip() else LINGER
     except ValueError:
+        warnings.warn(f"{IDLE}={value!r} is not a number of seconds: the warm servers wait "
+                      f"{LINGER:g} s for the next run; set it to seconds (0: they end with "
+                      "the run)", ReprokitWarning, stacklevel=2)  # fmt: skip
         return LINGER
 
 

@@ -314,3 +314,11 @@ def test_numpy_imported_by_the_server_draws_anew_in_each_stage(tmp_path, monkeyp
     stages = tmp_path / "run" / variant.label / "stages"
     draws = [(stages / name / "draw.txt").read_text() for name in ("one", "two")]
     assert draws[0] != draws[1]
+
+
+def test_an_idle_time_that_is_no_number_is_said_not_silently_replaced():
+    from reprokit.errors import ReprokitWarning
+
+    assert warm._linger([(warm.IDLE, "30")]) == 30.0 and warm._linger([]) == warm.LINGER
+    with pytest.warns(ReprokitWarning, match=r"REPROKIT_WARM_IDLE='ten' is not a number"):
+        assert warm._linger([(warm.IDLE, "ten")]) == warm.LINGER
