@@ -129,6 +129,8 @@ def test_words_like_signal_and_key_are_not_redacted():
         "Captured XLMRobertaForTokenClassification: every operation",
         "the last token embeddings of a decoder, basic operations and basic building blocks",
         "tokenizer: sentencepiece; author: Jane Doe",
+        "tokenizer: gpt2; tokenizer_name=bert-base-uncased; tokenization: t5-small",
+        "max_tokens=2048, num_tokens: 512, tokens: 4096",
     ],
 )
 def test_prose_and_model_names_are_not_redacted(line):
@@ -145,6 +147,9 @@ def test_prose_and_model_names_are_not_redacted(line):
         ("secretKey: a1b2c3d4", "a1b2c3d4"),  # the word inside a name: a value that looks made
         ("client_secrets: abcdefgh", "abcdefgh"),
         ("password: correcthorse", "correcthorse"),
+        ("tokenizer_token=a1b2c3d4e5", "a1b2c3d4e5"),  # the word again, whole, after the prose
+        ("tokens: ab12cd34ef", "ab12cd34ef"),  # a plural's value other than a count
+        ("password: 123456", "123456"),  # digits alone are a count only after "tokens"
     ],
 )
 def test_secrets_after_those_words_still_are(line, hidden):

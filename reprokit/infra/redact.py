@@ -47,8 +47,11 @@ _SHAPES = [
 # secret word only inside a longer word (author, tokenizer, secretKey), a value is hidden only
 # where it looks made (_made); after a name that ends in the word, or has it before a
 # separator (password, GITHUB_TOKEN, api_key_id), whatever it is.
-_WORDS = (r"token|secret|passw(?:or)?d|passwd|credential|api[_-]?key|access[_-]?key|"
+# (a tokenizer, tokenization and a count of tokens, max_tokens=2048, are no secrets: the word
+# before "iz"/"is" is none, and a plural's value made of digits alone is kept)
+_WORDS = (r"token(?!i[sz])|secret|passw(?:or)?d|passwd|credential|api[_-]?key|access[_-]?key|"
           r"private[_-]?key|auth")  # fmt: skip
+_COUNT = re.compile(r"(?i)tokens(?:[_.-]|$)")
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9\-._~+/]{8,}=*)")
 _ASSIGNMENT = re.compile(
     rf"(?i)\b([\w.-]*(?:{_WORDS})[\w.-]*)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;]{{4,}})"
@@ -98,6 +101,8 @@ def _bearer(match: re.Match[str]) -> str:
 def _assignment(match: re.Match[str]) -> str:
     name, equals, value = match.groups()
     if not _WHOLE_WORD.search(name) and not _made(value):
+        return match[0]
+    if value.isdigit() and _COUNT.search(name):
         return match[0]
     return f"{name}{equals}{MARKER}"
 
