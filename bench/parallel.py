@@ -133,5 +133,6 @@ def bounds(one: float, single: float, used: float, count: int, jobs: int) -> Non
           f"each further {each:.2f} s); with it on one core, the rest packed perfectly: "
           f"ratio {packed / one:.2f} (Amdahl's bound)")  # fmt: skip
 
+
 if __name__ == "__main__":
     main()
