@@ -73,7 +73,7 @@ def compare_tensor(
         equal=same_dtype and tally.all_zero,
         nan=(tally.nan[0], tally.nan[1]),
         inf=(tally.inf[0], tally.inf[1]),
-        worst=tuple(_worst_entry(w, actual.shape) for w in tally.top()),
+        worst=tuple(_worst_entry(w, actual.shape, arbiter) for w in tally.top()),
         note=dtype_note,
         method="allclose" if arbiter is None else "fp64",
         errors=errors,
@@ -226,10 +226,17 @@ def _nan_max(x: float, y: float) -> float:
     return math.nan if math.isnan(x) or math.isnan(y) else max(x, y)
 
 
-def _worst_entry(worst: tuple[float, int, float, float], shape: torch.Size) -> Worst:
+def _worst_entry(
+    worst: tuple[float, int, float, float], shape: torch.Size, arbiter: torch.Tensor | None
+) -> Worst:
+    """One worst element, with the float64 run's value there: what a report's witness table
+    shows (XLA NaN where CPU and float64 give 1.0)."""
     _, flat, target, reference = worst
     index = torch.unravel_index(torch.tensor(flat), shape) if len(shape) else ()
-    return Worst(tuple(int(i) for i in index), target, reference)
+    fp64 = None
+    if arbiter is not None and arbiter.shape == shape and not arbiter.is_complex():
+        fp64 = arbiter.reshape(-1)[flat].double().item()
+    return Worst(tuple(int(i) for i in index), target, reference, fp64)
 
 
 def _as_float64(t: torch.Tensor) -> torch.Tensor:

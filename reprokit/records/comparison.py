@@ -17,14 +17,18 @@ class Worst:
     index: tuple[int, ...]
     target: float
     reference: float
+    fp64: float | None = None  # the float64 run's value there, under the fp64 method
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": list(self.index), "target": finite(self.target),
+        data = {"index": list(self.index), "target": finite(self.target),
                 "reference": finite(self.reference)}  # fmt: skip
+        return data if self.fp64 is None else data | {"fp64": finite(self.fp64)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Worst:
-        return cls(tuple(data["index"]), number(data["target"]), number(data["reference"]))
+        fp64 = data.get("fp64")  # absent from runs before it was recorded
+        return cls(tuple(data["index"]), number(data["target"]), number(data["reference"]),
+                   None if fp64 is None else number(fp64))  # fmt: skip
 
 
 @dataclass(frozen=True)

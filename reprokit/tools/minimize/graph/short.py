@@ -146,11 +146,13 @@ def short_repro(
     ops = [n for n in state.ops if program.is_tensor_op(original, n)]
     before = sum(program.is_tensor_op(original, n) for n in original.ops())
     atol = variant.compare.get("atol")
-    described = f"{len(ops)} of {before} operations"
+    named = ", ".join(dict.fromkeys(str(original.nodes[n].target) for n in ops[:3]))
+    named += ", ..." * (len(ops) > 3)
+    described = f"{len(ops)} of the {before} operations of a captured model"
     if gradient is not None:
-        described += f" ({', '.join(_op(original, n) for n in gradient.backward)}) by autograd"
-    context = {
-        "title": f"{variant.case.title} (minimized)",
+        named = ", ".join(_op(original, n) for n in gradient.backward) + " (by autograd)"
+    context = {  # what the script is, in a maintainer's words: no case or tool names
+        "title": f"{named} on XLA against CPU and float64",
         "description": described,
         "random": any(s.kind in ("randn", "randint") for s in inputs),
         "stored": any(s.kind == "stored" for s in inputs),
