@@ -146,10 +146,14 @@ def report_(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write here")] = None,
 ) -> None:
     """report.md (issue-ready), report.html (with plots), bundle.zip (to attach)."""
-    summary, written = reprokit.report(run_dir, formats=format_, out_dir=output)
-    out.print(headline(summary), highlight=False)
-    for path in written:
+    reports = reprokit.report(run_dir, formats=format_, out_dir=output)
+    out.print(headline(reports.summary), highlight=False)
+    for path in reports.written:
         out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False)
+    if reports.title:
+        out.print(f"issue title: {reports.title}", highlight=False)
+    if reports.next_step:
+        out.print(f"for a short repro to paste: {reports.next_step}", highlight=False)
 
 
 @reports_errors
@@ -254,7 +258,8 @@ def capture_(
             spec, name=name, out_dir=output, state_dict=state_dict, random_inputs=random_inputs
         )
     out.print(f"wrote {case} and {case.with_suffix('.pt2')}", highlight=False)
-    out.print(f"next: reprokit run {case} && reprokit report RUN_DIR", highlight=False)
+    run_dir = Path("runs") / case.stem  # the report is wanted most when the run mismatches (1)
+    out.print(f"next: reprokit run {case} -o {run_dir}; reprokit report {run_dir}", highlight=False)
 
 
 def _is_named(spec: str) -> bool:

@@ -17,15 +17,19 @@ class Reports:
 
     summary: RunSummary
     written: tuple[Path, ...]
+    title: str | None = None  # report.md's issue title, for the issue's title field
+    next_step: str | None = None  # the command that makes a short repro to paste, when none is
 
     def __iter__(self) -> Iterator[Any]:
         """``summary, written = reprokit.report(...)``: as when it returned the pair."""
         return iter((self.summary, list(self.written)))
 
     def to_json(self) -> dict[str, Any]:
-        return {"summary": self.summary.to_json(), "written": [str(p) for p in self.written]}
+        return {"summary": self.summary.to_json(), "written": [str(p) for p in self.written],
+                "title": self.title, "next_step": self.next_step}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Reports:
         written = tuple(map(Path, data["written"]))
-        return cls(RunSummary.from_json(data["summary"]), written)
+        said = {k: data.get(k) for k in ("title", "next_step")}
+        return cls(RunSummary.from_json(data["summary"]), written, **said)

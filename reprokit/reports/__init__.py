@@ -12,7 +12,9 @@ from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
 from reprokit.reports.build import build_report, headline
 from reprokit.reports.bundle import write_bundle
 from reprokit.reports.markdown import BUNDLE, markdown
+from reprokit.reports.model import Issue
 from reprokit.reports.paths import public_paths, user_home
+from reprokit.runner.prepare import CASE_FILE
 
 FORMATS = ("md", "html", "json", "all")
 __all__ = ["FORMATS", "build_report", "headline", "load", "write_reports"]
@@ -54,7 +56,22 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
 
     written += _model_reports(summary, Path(run_dir), out_dir, formats)  # reprokit sweep
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
-    return Reports(summary, tuple(written))
+    found = report.issue
+    title = redact_text(found.title).replace("`", "") if found else None
+    return Reports(summary, tuple(written), title, _next_step(summary, Path(run_dir), found))
+
+
+def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str | None:
+    """`reprokit minimize` of the variant the issue is about, when its repro is the captured
+    program's harness: the short repro is what a maintainer reads."""
+    if found is None or found.elsewhere is None or not summary.variants:
+        return None
+    variant = next(v for v in summary.variants if v.passed is False or v.outcome.value != "match")
+    case = run_dir / variant.label / CASE_FILE
+    if "program" not in variant.variant or not case.is_file():
+        return None
+    out = run_dir.with_name(f"{run_dir.name}-min")
+    return f"reprokit minimize {case} -o {out} && reprokit report {out}"
 
 
 def _model_reports(summary: RunSummary, run_dir: Path, out_dir: Path, formats: str) -> list[Path]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from reprokit.infra.redact import redact_text
 from reprokit.records import MinimizeResult, Outcome, RunSummary, VariantResult
 from reprokit.reports.evidence import WRAP_CASE, differs, evidence, plain, xla_table
+from reprokit.reports.issue import issue
 from reprokit.reports.model import (
     Cell,
     DifferenceSizes,
@@ -115,6 +116,7 @@ def build_report(summary: RunSummary, run_dir: Path) -> Report:
         noted=tuple(evidence(v, run_dir) for v in noted(summary)[:MAX_FIGURES]),
         xla=xla_table(results_order(summary.variants)),
         sweep=sweep_tables(summary, run_dir),
+        issue=issue(summary, run_dir, shown),
     )
 
 
@@ -320,13 +322,20 @@ def figures(variants: tuple[VariantResult, ...]) -> Figures:
     for variant in [v for v in variants if v.comparisons][:MAX_FIGURES]:
         shown = [c for c in variant.comparisons if not c.note][:MAX_BARS]
         if shown:  # equal: no difference, not a tiny one
-            bars = tuple((c.tensor, None if c.max_abs == 0 else c.max_abs, c.allclose)
-                         for c in shown)  # fmt: skip
+            bars = tuple((c.tensor, _size(c), c.allclose) for c in shown)
             differences.append(DifferenceSizes(variant.label, bars))
     timings = tuple((f"{v.label} {s.name}", s.seconds if math.isfinite(s.seconds) else 0.0)
                     for v in variants[:MAX_FIGURES] for s in v.stages)  # fmt: skip
     errors = [curves for v in variants[:MAX_FIGURES] for curves in error_curves(v)]
     return Figures(tuple(loss[:MAX_FIGURES]), tuple(errors), tuple(differences), timings)
+
+
+def _size(c) -> float | None:
+    """A tensor's bar: None where equal; NaN where one side has NaN the other has not (its
+    max abs reads inf, and a NaN is no large difference)."""
+    if c.max_abs == 0:
+        return None
+    return math.nan if c.nan[0] != c.nan[1] else c.max_abs
 
 
 def loss_curves(variant: VariantResult) -> tuple[tuple[str, tuple[float, ...]], ...]:

@@ -9,13 +9,10 @@ matplotlib draws them as inline SVG, so the page is one file that opens anywhere
 from __future__ import annotations
 
 import io
+import math
 import re
 from html import escape
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display; must precede pyplot
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -138,9 +135,24 @@ def _figures(title: str, figures: list[Figure]) -> list[str]:
 def _svg(figure: Figure) -> str:
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(figure)
     text = buffer.getvalue()
     return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline SVG
+
+
+def _figure(width: float, height: float):
+    """A figure of its own, outside pyplot's registry: nothing stays open after the page (a
+    sweep writes hundreds), and no backend is chosen for the whole process."""
+    figure = Figure(figsize=(width, height))
+    return figure, figure.subplots()
+
+
+def _gaps(values) -> list[float]:
+    """NaN and inf as gaps in a line: no axis limit can be set from them."""
+    return [v if math.isfinite(v) else math.nan for v in values]
+
+
+def _word(size: float) -> str:
+    return "NaN" if math.isnan(size) else "inf"
 
 
 _STYLES = ("-", "--", ":", "-.")  # backends that agree draw on top of each other: told apart
@@ -150,9 +162,9 @@ _MARKERS = ("o", "s", "^", "D", "v")
 def _loss(curves: LossCurves) -> Figure:
     """Each loss series a line of its own style, then each one-off loss (an evaluation on each
     backend) a point after the last step, its value in the legend: two that agree stay two."""
-    figure, axes = plt.subplots(figsize=(6, 3.2))
+    figure, axes = _figure(6, 3.2)
     for i, (label, values) in enumerate(curves.series):
-        axes.plot(range(1, len(values) + 1), values, linestyle=_STYLES[i % len(_STYLES)],
+        axes.plot(range(1, len(values) + 1), _gaps(values), linestyle=_STYLES[i % len(_STYLES)],
                   marker=_MARKERS[i % len(_MARKERS)], markersize=7 - 2 * (i % 3),
                   label=label)  # fmt: skip
     after = max((len(values) for _, values in curves.series), default=0) + 1
@@ -172,8 +184,9 @@ def _loss(curves: LossCurves) -> Figure:
 def _sizes(sizes: DifferenceSizes) -> Figure:
     """A bar per differing tensor on a log scale; tensors exactly equal get no bar (zero has
     no place on a log scale, and a bar would read as a small difference) but the word."""
-    figure, axes = plt.subplots(figsize=(6, 0.5 + 0.22 * len(sizes.bars)))
-    drawn = [(i, size, close) for i, (_, size, close) in enumerate(sizes.bars) if size]
+    figure, axes = _figure(6, 0.5 + 0.22 * len(sizes.bars))
+    drawn = [(i, size, close) for i, (_, size, close) in enumerate(sizes.bars)
+             if size and math.isfinite(size)]  # fmt: skip
     colours = ["#137333" if close else "#b00020" for *_, close in drawn]
     axes.barh([i for i, *_ in drawn], [size for _, size, _ in drawn], color=colours)
     axes.set_yticks(range(len(sizes.bars)), [tensor for tensor, *_ in sizes.bars])
@@ -183,23 +196,26 @@ def _sizes(sizes: DifferenceSizes) -> Figure:
         axes.set_xlim(left=min(size for _, size, _ in drawn) / 10)
     else:
         axes.set_xticks([])
-    for i, (_, size, _) in enumerate(sizes.bars):
-        if size is None:
-            axes.text(0.01, i, "= equal", transform=axes.get_yaxis_transform(), va="center",
-                      color="#137333", fontsize="small")  # fmt: skip
+    for i, (_, size, _) in enumerate(sizes.bars):  # no bar: the word
+        if size is None or not math.isfinite(size):
+            word, colour = ("= equal", "#137333") if size is None else (_word(size), "#b00020")
+            axes.text(0.01, i, word, transform=axes.get_yaxis_transform(), va="center",
+                      color=colour, fontsize="small")  # fmt: skip
     axes.set(title=f"{sizes.label}: max abs difference", xlabel="max |target - reference|")
     return figure
 
 
 def _errors(curves: ErrorCurves) -> Figure:
     """Both stages' RMSE against float64 on a log scale; the first to differ marked."""
-    figure, axes = plt.subplots(figsize=(7, 3))
+    figure, axes = _figure(7, 3)
     steps = range(len(curves.tensors))
     both = (*curves.reference_errors, *curves.target_errors)
-    floor = min([e for e in both if e > 0] or [1.0]) / 10  # exact: just below the smallest
+    floor = min([e for e in both if 0 < e < math.inf] or [1.0]) / 10  # exact: below the least
     for errors, label in ((curves.reference_errors, curves.reference),
                           (curves.target_errors, curves.target)):  # fmt: skip
-        axes.plot(steps, [max(e, floor) for e in errors], marker=".", label=label)
+        nonfinite = sum(not math.isfinite(e) for e in errors)
+        label += f" ({nonfinite} NaN or inf: not drawn)" if nonfinite else ""
+        axes.plot(steps, _gaps([max(e, floor) for e in errors]), marker=".", label=label)
     if curves.first_index is not None:
         axes.axvline(curves.first_index, color="#b00020", linestyle="--",
                      label=f"first: {curves.first}")  # fmt: skip
@@ -211,7 +227,7 @@ def _errors(curves: ErrorCurves) -> Figure:
 
 
 def _timings(rows: tuple[tuple[str, float], ...]) -> Figure:
-    figure, axes = plt.subplots(figsize=(6, 0.5 + 0.22 * len(rows)))
+    figure, axes = _figure(6, 0.5 + 0.22 * len(rows))
     axes.barh([label for label, _ in rows], [seconds for _, seconds in rows])
     axes.invert_yaxis()
     axes.set(xlabel="seconds", title="Stage wall time")

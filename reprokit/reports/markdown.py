@@ -15,6 +15,7 @@ from reprokit.reports.model import (
     EnvironmentSection,
     Evidence,
     FailedStage,
+    Issue,
     Minimized,
     Names,
     Report,
@@ -24,6 +25,8 @@ from reprokit.reports.model import (
 
 GITHUB_BODY_LIMIT = 65_536
 BUNDLE = "bundle.zip"
+BUG_HEADING = "🐛 Bug"
+MAX_PASTED = 40  # a repro this short is pasted as it is; a longer one is folded
 
 
 @dataclass
@@ -72,6 +75,8 @@ def markdown(report: Report, limit: int = GITHUB_BODY_LIMIT) -> str:
 
 
 def _markdown(report: Report, budget: Budget) -> str:
+    if report.issue is not None:
+        return _issue(report, report.issue)
     parts = [f"## {report.opening}", "", *([report.bug, ""] if report.bug else [])]
     parts += [f"reprokit: {report.headline}", ""]
     for found in report.sweep:  # reprokit sweep: its table first, each model's report linked
@@ -103,6 +108,38 @@ def _markdown(report: Report, budget: Budget) -> str:
         cut = "; ".join(budget.cut.values())
         parts.append(f"Left out of this body to fit GitHub's limit, all in `{BUNDLE}`: {cut}.")
     return "\n".join(parts) + "\n"
+
+
+def _issue(report: Report, found: Issue) -> str:
+    """The issue a maintainer reads, in pytorch/xla's bug template: its title first (for the
+    title field), the bug with its values, the repro and its output, expected values."""
+    parts = [f"# {found.title}", "", f"## {BUG_HEADING}", "", *_paragraphs(found.bug)]
+    if found.witnesses is not None:
+        parts += [*table(found.witnesses), ""]
+    if found.others:
+        parts += ["Other differences of the same program, each born where its inputs agree:", ""]
+        parts += [*(f"- {line}" for line in found.others), ""]
+    parts += ["## To Reproduce", ""]
+    if found.repro is not None and found.repro.lines <= MAX_PASTED:
+        parts += [*fenced(found.repro.text, "python"), ""]
+        parts += [*fenced(found.output), ""] if found.output else []
+    elif found.repro is not None:
+        summary = f"repro.py ({found.repro.lines} lines)"
+        parts += collapsed(summary, fenced(found.repro.text, "python"))
+    parts += [found.elsewhere, ""] if found.elsewhere else []
+    parts += ["## Expected behavior", "", *_paragraphs(found.expected)]
+    parts += ["## Environment", "", *_environment(report.environment), ""]
+    parts += [found.not_run, ""] if found.not_run else []
+    parts += ["## Additional context", "", *_paragraphs(found.context)]
+    parts.append(
+        f"Attached: `{BUNDLE}` (the scripts, their logs and results, the environment; "
+        "report.html: every result compared)."
+    )
+    return "\n".join(parts) + "\n"
+
+
+def _paragraphs(lines: tuple[str, ...]) -> list[str]:
+    return [part for line in lines for part in (line, "")]
 
 
 def cell(value: object) -> str:

@@ -180,6 +180,24 @@ class Figures:
 
 
 @dataclass(frozen=True)
+class Issue:
+    """report.md as the issue a maintainer reads: the bug in their words, with its values
+    (reprokit.reports.issue); a run with a divergence has one, told from its first problem's
+    root, the others listed."""
+
+    title: Text  # the op, the dtype, the symptom
+    bug: tuple[Text, ...]  # what goes wrong, where in the user's code, how far from float64
+    witnesses: Table | None  # the elements that differ most: reference, target, float64
+    others: tuple[Text, ...]  # the other independent divergences, one line each
+    repro: Script | None  # short enough to paste: inline
+    output: str | None  # what the inline repro printed, run alone
+    elsewhere: Text | None  # the longer script, in the bundle: how to run it
+    expected: tuple[Text, ...]  # as values
+    context: tuple[Text, ...]  # how it was found; what it was reduced from
+    not_run: Text | None  # the backends this run could not try (a TPU, a GPU)
+
+
+@dataclass(frozen=True)
 class Report:
     """A whole report: a run folder's summary, said once for every format."""
 
@@ -198,3 +216,4 @@ class Report:
     noted: tuple[Evidence, ...] = ()  # matches that part from their reference within noise
     xla: Table | None = None  # what torch_xla saw: one row per XLA stage of every variant
     sweep: tuple[Table, ...] = ()  # reprokit sweep: a row per model and dtype; its findings
+    issue: Issue | None = None  # report.md as an issue: a run whose first problem diverges

@@ -35,6 +35,7 @@ from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted
 from reprokit.tools.minimize.cache import Cache
 from reprokit.tools.minimize.graph import gradient, program, script, short
+from reprokit.tools.minimize.graph.alone import keep_output
 from reprokit.tools.minimize.graph.program import State
 from reprokit.tools.minimize.graph.search import Programs, strategies
 from reprokit.tools.minimize.output import result_of, write_out
@@ -163,6 +164,8 @@ def write(
     kept = last.best_result if last else None
     target = graph.target if graph else None
     write_out(out_dir, record, kept, minimal, target, write_scripts)
+    if stopped != "interrupted" and kept is not None:  # its output, for the report to show
+        keep_output([out_dir, out_dir / minimal.label], runner.options, out_dir / "candidates")
     return record
 
 

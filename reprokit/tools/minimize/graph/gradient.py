@@ -15,16 +15,13 @@ calls when it does not show the difference.
 from __future__ import annotations
 
 import operator
-import os
-import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
+from reprokit.tools.minimize.graph.alone import run_alone
 from reprokit.tools.minimize.graph.program import Original, State, is_tensor_op
 
 
@@ -108,18 +105,5 @@ def values(original: Original, gradient: Gradient) -> dict[str, Any]:
 
 def reproduces(write: Callable[[Path], None], options: Options, folder: Path) -> bool:
     """Run the short repro alone, as a maintainer would (``write`` puts repro.py and its
-    inputs.pt into a folder of its own; XLA as the stages get it): it shows the difference
-    when it says so and exits 1. A raise is not that: it is as likely the repro's fault as
-    XLA's."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as where:
-        write(Path(where))
-        env = stage_env("xla", options.xla_device, base=os.environ)
-        try:
-            done = subprocess.run(
-                [options.python, "repro.py"], cwd=where, env=env, capture_output=True,
-                text=True, timeout=options.timeout, stdin=subprocess.DEVNULL, check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return False
-    return done.returncode == 1 and "XLA DIFFERS" in done.stdout
+    inputs.pt into a folder of its own): it shows the difference when it says so and exits 1."""
+    return run_alone(write, options, folder).shows()

@@ -1,0 +1,231 @@
+"""report.md as an issue: a run whose first problem diverges told as a maintainer reads a bug,
+in the manner of the reports in docs/examples. A title naming the op, the dtype and the
+symptom; what goes wrong with values (``XLA returns NaN where CPU and float64 give 1.0``) and a
+table of the elements that differ most; every other independent divergence
+(reprokit.comparison.roots); the short repro inline with its output, or the longer script
+named in the bundle; expected behaviour as values. No run folder, stage or node name the reader
+cannot see: stages are said as their backends, results as their ops and source lines.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from reprokit.comparison.roots import Root, roots
+from reprokit.records import Comparison, Outcome, RunSummary, VariantResult
+from reprokit.reports.evidence import plain, script
+from reprokit.reports.model import Cell, Issue, Table, Text
+
+MAX_INLINE = 40  # lines of a repro pasted as it is; a longer one stays in the bundle
+MAX_FOLDED = 300  # lines of a case's own script shown folded (a captured program's harness never)
+MAX_OTHERS = 8  # other divergences listed
+OUTPUT = "repro.out"  # beside a minimized repro.py: what it printed run alone (minimize)
+BACKENDS = {"cpu": "CPU", "xla": "XLA", "xla_spmd": "XLA (SPMD)", "cuda": "CUDA",
+            "xla_multicore": "XLA (multi-core)", "torchax": "torchax"}  # fmt: skip
+
+
+def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Issue | None:
+    """The issue of the first problem, when it is a mismatch with a divergence to tell."""
+    first = shown[0] if shown else None
+    if first is None or first.outcome is not Outcome.MISMATCH:
+        return None
+    found = roots(first)
+    if not found:
+        return None
+    main, target, reference = found[0], *_sides(first, found[0].comparison)
+    return Issue(
+        title=title(main, target, reference),
+        bug=_bug(main, target, reference),
+        witnesses=witnesses(main.comparison, target, reference),
+        others=tuple(_other(r, *_sides(first, r.comparison)) for r in found[1 : MAX_OTHERS + 1]),
+        **_repro(first, run_dir),
+        expected=_expected(main.comparison, target, reference),
+        context=_context(summary, first, shown),
+        not_run=_not_run(first),
+    )
+
+
+def _sides(variant: VariantResult, c: Comparison) -> tuple[str, str]:
+    """The target's and the reference's backends, as a maintainer names them."""
+    return _backend(variant, c.target), _backend(variant, c.reference)
+
+
+def _backend(variant: VariantResult, name: str) -> str:
+    stage = next((s for s in variant.stages if s.name == name), None)
+    if name in BACKENDS:
+        return BACKENDS[name]
+    return BACKENDS.get(stage.backend, stage.backend) if stage is not None else name
+
+
+def reference_dtype(c: Comparison) -> str | None:
+    """The reference's dtype where it is not the target's (the comparison's note says it)."""
+    found = re.search(r"dtype \S+ on \S+, (\S+) on ", c.note)
+    return found.group(1) if found else None
+
+
+def value(number: float | None, dtype: str | None) -> str:
+    """An element as its dtype prints it: NaN and inf named, a flag True or False."""
+    if number is None:
+        return "-"
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "inf" if number > 0 else "-inf"
+    if dtype == "bool":
+        return str(bool(number))
+    if dtype and not dtype.startswith(("float", "bfloat", "complex")):
+        return f"{number:.0f}"
+    return f"{number:.6g}"
+
+
+def symptom(c: Comparison, reference: str) -> str:
+    """What the target returns, in a few words: another dtype, NaN, inf, other values."""
+    if other := reference_dtype(c):
+        return f"returns {c.dtype} where {reference} returns {other}"
+    worst = c.worst[0] if c.worst else None
+    if worst is None:
+        return f"differs from {reference} (max abs {c.max_abs:.3g})"
+    got, want = value(worst.target, c.dtype), value(worst.reference, c.dtype)
+    agree = worst.fp64 is not None and _close(worst.reference, worst.fp64)
+    return f"returns {got} where {reference}{' and float64 give' if agree else ' gives'} {want}"
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-2 * max(1.0, abs(b))
+
+
+def title(root: Root, target: str, reference: str) -> Text:
+    c = root.comparison
+    floating = c.dtype and c.dtype.startswith(("float", "bfloat")) and not reference_dtype(c)
+    lead = f"{c.dtype} " if floating else ""
+    return f"{lead}`{root.op}` on {target} {symptom(c, reference)}"
+
+
+def _where(root: Root) -> str:
+    """The operation, its shape and the user's line it comes from."""
+    info, shape = root.said, root.comparison.shape
+    reads = " and ".join(_shape(s) for s in info.get("reads", ()))
+    text = f"`{root.op}`" + (f" of {reads}" if reads else "") + f" (result {_shape(shape)})"
+    if info.get("module"):
+        text += f" in `{info['module']}`"
+    if info.get("source"):
+        text += f", from `{plain(info['source'])}`"
+    return text
+
+
+def _shape(shape) -> str:
+    return "x".join(map(str, shape or ())) or "a scalar"
+
+
+def _bug(root: Root, target: str, reference: str) -> tuple[Text, ...]:
+    c = root.comparison
+    counts = [f"{c.mismatched:,} of {c.total:,} elements differ from {reference}'s"]
+    for what, (theirs, ours) in (("NaN", c.nan), ("inf", c.inf)):
+        if ours > theirs:
+            counts.append(f"{ours:,} are {what} on {target} ({theirs:,} on {reference})")
+    text = f"On {target}, {_where(root)} {symptom(c, reference)}: {'; '.join(counts)}."
+    if c.errors is not None:
+        e_ref, e_target = c.errors
+        bound = f" (at most {c.bound:.3g} would be noise)" if c.bound is not None else ""
+        text += (f" Against the same program run in float64, {target}'s error (RMSE) is "
+                 f"{e_target:.3g} where {reference}'s own is {e_ref:.3g}{bound}.")  # fmt: skip
+    lines = [text]
+    if root.reaches:
+        outputs = ", ".join(f"`{o}`" for o in root.reaches)
+        lines.append(f"It reaches the program's output{'s' * (len(root.reaches) > 1)} {outputs}.")
+    return tuple(lines)
+
+
+def witnesses(c: Comparison, target: str, reference: str) -> Table | None:
+    """The elements that differ most, on each side and in float64, each in its dtype."""
+    if not c.worst:
+        return None
+    theirs = reference_dtype(c) or c.dtype
+    fp64 = any(w.fp64 is not None for w in c.worst)
+    header = ("element", f"{reference} ({theirs})", f"{target} ({c.dtype})")
+    rows = tuple(
+        (Cell(str(list(w.index)), code=True), Cell(value(w.reference, theirs)),
+         Cell(value(w.target, c.dtype), tone="bad"))
+        + ((Cell(value(w.fp64, "float64")),) if fp64 else ())
+        for w in c.worst
+    )  # fmt: skip
+    header += ("float64",) if fp64 else ()
+    return Table(header, rows, (False, *(True,) * (len(header) - 1)))
+
+
+def _other(root: Root, target: str, reference: str) -> Text:
+    c = root.comparison
+    line = f"{_where(root)}: {target} {symptom(c, reference)}"
+    line += f" at `{list(c.worst[0].index)}`" if c.worst else ""
+    if root.reaches:
+        return line + f"; it reaches {', '.join(f'`{o}`' for o in root.reaches)}."
+    return line + "; it reaches no output (harmless to the outputs)."
+
+
+def _repro(variant: VariantResult, run_dir: Path) -> dict:
+    """The script: pasted when it is short, folded when it is a case's own, else named in the
+    bundle (a captured program's harness: hundreds of lines no maintainer reads)."""
+    found = script(run_dir, variant)
+    none = {"repro": None, "output": None, "elsewhere": None}
+    if found is None:
+        return none
+    if found.short and found.lines <= MAX_INLINE:
+        output = Path(run_dir) / variant.label / OUTPUT
+        said = output.read_text(encoding="utf-8") if output.is_file() else None
+        return none | {"repro": found, "output": said}
+    if "program" not in variant.variant and found.lines <= MAX_FOLDED:
+        return none | {"repro": found}
+    what = "the captured program's every operation" if "program" in variant.variant else "it"
+    return none | {"elsewhere": (
+        f"`{variant.label}/repro.py` in the attached `bundle.zip` ({found.lines} lines; torch "
+        f"and torch_xla) runs {what} on each backend and compares them: "
+        "`PJRT_DEVICE=CPU python repro.py` in that folder.")}  # fmt: skip
+
+
+def _expected(c: Comparison, target: str, reference: str) -> tuple[Text, ...]:
+    if (other := reference_dtype(c)) and c.worst:
+        w = c.worst[0]
+        return (f"{target} returns {other}, as {reference} does: "
+                f"{value(w.reference, other)} at `{list(w.index)}`.",)  # fmt: skip
+    if other:
+        return (f"{target} returns {other}, as {reference} does.",)
+    if not c.worst:
+        return (f"{target} agrees with {reference} within rtol={c.rtol:g}, atol={c.atol:g}.",)
+    w = c.worst[0]
+    at = f"`{list(w.index)}`"
+    want = value(w.reference, c.dtype)
+    if w.fp64 is not None:
+        text = (f"{target} returns about {value(w.fp64, 'float64')} at {at}, as {reference} "
+                f"({want}) and float64 do")  # fmt: skip
+        if c.bound is not None:
+            text += f", and its error against float64 stays within {c.bound:.3g}, as {reference}'s"
+        return (text + ".",)
+    return (f"{target} returns {want} at {at}, as {reference} does "
+            f"(within rtol={c.rtol:g}, atol={c.atol:g}).",)  # fmt: skip
+
+
+def _context(summary: RunSummary, first: VariantResult, shown: list[VariantResult]) -> tuple:
+    lines = []
+    if "program" in first.variant:
+        lines.append("Found in a model: every operation of its program run on CPU, on "
+                     "XLA and in float64, each XLA result judged by its error against float64 "
+                     "beside CPU's.")  # fmt: skip
+    graph = summary.minimized.graph if summary.minimized is not None else None
+    if graph is not None and graph.nodes[0] != graph.nodes[1]:
+        lines.append(f"The repro is {graph.nodes[1]} of the model's {graph.nodes[0]} operations, "
+                     "with the inputs it reads.")  # fmt: skip
+    for other in shown[1 : MAX_OTHERS + 1]:
+        found = roots(other)
+        what = title(found[0], *_sides(other, found[0].comparison)) if found else other.outcome
+        lines.append(f"Also in this run, `{other.label}`: {what}.")
+    return tuple(lines)
+
+
+def _not_run(variant: VariantResult) -> Text | None:
+    kinds = {s.xla.device_kind for s in variant.stages if s.xla and s.xla.device_kind}
+    if kinds - {"CPU"}:
+        return None
+    return ("Not run on a TPU or a GPU (this machine has neither): XLA here is XLA:CPU "
+            "(`PJRT_DEVICE=CPU`).")  # fmt: skip
