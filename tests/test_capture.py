@@ -330,10 +330,11 @@ def test_run_and_report_name_the_first_diverging_operation(captured, tmp_path):
     assert all(c.allclose for c in judged[:33])  # every earlier operation agrees
     reprokit.report(tmp_path / "run")
     body = (tmp_path / "run" / "report.md").read_text()
-    assert "node.0033.layer_norm is the first to differ" in body
-    assert "`aten.layer_norm.default` (2x6x16) in `layers.0.norm1`" in body
-    assert 'Judged against float64 (`[compare] method = "fp64"`)' in body
+    assert body.startswith("# float32 `aten.layer_norm.default` on XLA returns ")
+    assert "`aten.layer_norm.default` of 2x6x16 and 16 and 16 (result 2x6x16) in" in body
+    assert "`layers.0.norm1`" in body and "Against the same program run in float64" in body
     page = (tmp_path / "run" / "report.html").read_text()
+    assert "node.0033.layer_norm is the first to differ" in page  # the whole detail
     plots = page.split("<h2>Error against float64, operation by operation</h2>")[1]
     assert plots.startswith("<figure><svg")
 

@@ -79,8 +79,9 @@ def test_perturbed_node_deep_in_a_stack_shrinks_to_a_few_operations(cli, tmp_pat
     assert rerun.exit_code == 0, rerun.output  # expect mismatch, and it mismatches
     assert cli("report", tmp_path / "m", "--format", "md").exit_code == 0
     body = (tmp_path / "m" / "report.md").read_text()
-    assert "Minimized the captured program from" in body
-    assert f"| operations | {graph['nodes'][0]} | {graph['nodes'][1]} |" in body
+    nodes = graph["nodes"]
+    assert f"The repro is {nodes[1]} of the model's {nodes[0]} operations" in body
+    assert "```python\n" in body and "XLA DIFFERS" in body  # pasted, with what it printed
 
 
 def test_an_operation_xla_cannot_run_shrinks_and_still_raises(cli, tmp_path):

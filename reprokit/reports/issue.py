@@ -15,7 +15,7 @@ from pathlib import Path
 
 from reprokit.comparison.roots import Root, roots
 from reprokit.records import Comparison, Outcome, RunSummary, VariantResult
-from reprokit.reports.evidence import plain, script
+from reprokit.reports.evidence import plain, script, too_large
 from reprokit.reports.model import Cell, Issue, Table, Text
 
 MAX_INLINE = 40  # lines of a repro pasted as it is; a longer one stays in the bundle
@@ -35,6 +35,8 @@ def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Iss
     if not found:
         return None
     main, target, reference = found[0], *_sides(first, found[0].comparison)
+    if not main.said.get("op"):  # a case's own tensors (act.3): the case's report says more
+        return None
     return Issue(
         title=title(main, target, reference),
         bug=_bug(main, target, reference),
@@ -42,7 +44,7 @@ def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Iss
         others=tuple(_other(r, *_sides(first, r.comparison)) for r in found[1 : MAX_OTHERS + 1]),
         **_repro(first, run_dir),
         expected=_expected(main.comparison, target, reference),
-        context=_context(summary, first, shown),
+        context=_context(summary, first, shown) + too_large(run_dir, first),
         not_run=_not_run(first),
     )
 

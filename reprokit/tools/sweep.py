@@ -50,6 +50,12 @@ class OwnModel:
     def case_name(self) -> str:
         return self.spec.rpartition(":")[2]
 
+    @property
+    def qualified_name(self) -> str:
+        """``models_build`` for ``path/models.py:build``: two files' functions of one name."""
+        file, _, function = self.spec.rpartition(":")
+        return f"{Path(file).stem}_{function}"
+
 
 Model = zoo.Named | OwnModel
 
@@ -179,6 +185,8 @@ def _capture_all(
     names: set[str] = set()
     for named in models:
         name = named.case_name
+        if name in names and isinstance(named, OwnModel):  # two files' build(): by the file
+            name = named.qualified_name
         while name in names:  # hf:gpt2 twice, with two configurations
             name = f"{named.case_name}_{len(names)}"
         names.add(name)
@@ -192,7 +200,7 @@ def _capture_all(
                 zoo.capture_named(named, name=name, out_dir=folder)
             case, refused = name, None
         except ReprokitError as exc:
-            case, refused = None, str(exc).partition("\n\n")[0]
+            case, refused = None, str(exc).replace("\n\n", " ")  # with its hint: what to do
         except Exception as exc:  # a model's own code failing: recorded, the sweep goes on
             first = (str(exc).splitlines() or [""])[0][:300]
             case, refused = None, f"{type(exc).__name__}: {first}"

@@ -320,3 +320,20 @@ def test_the_expectation_for_the_device_applies_and_the_report_says_which(cli, t
     report = (tmp_path / "tpu/report.md").read_text()
     assert "(the case's [expect.tpu]; observed: a TPU v5e, torch_xla 2.9.0)" in report
     assert "| mismatch | mismatch ([expect.tpu]) | yes |" in report
+
+
+def test_a_report_of_many_variants_leaves_no_figure_open(tmp_path):
+    """A sweep's reports drew every figure through pyplot and kept it: matplotlib warned
+    "More than 20 figures have been opened" and memory grew with each report."""
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    run_dir = tmp_path / "many"
+    run_dir.mkdir()
+    fake_run(run_dir, [fake_variant(run_dir, f"m[{i}]", diverge_at=2) for i in range(25)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's warning fails the test
+        write_reports(run_dir, formats="html")
+    assert plt.get_fignums() == []
+    assert (run_dir / "report.html").read_text().count("<svg") >= 12
