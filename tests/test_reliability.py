@@ -217,7 +217,7 @@ def test_a_parameter_named_like_a_context_variable_is_not_silently_replaced(cli,
     case = tmp_path / "shadow.toml"
     case.write_text('[case]\ntitle = "t"\ntemplate = "shadow"\n[params]\ncompare = false\n')
     result = cli("render", case, "--templates", template.parent)
-    # README ("Writing a template"): no parameter may take the name of `case` or `compare`
+    # docs/templates.md ("Writing a template"): no parameter may be named `case` or `compare`
     assert result.exit_code == 2, result.output
     assert "parameter 'compare' has the name of a variable reprokit sets" in result.stderr
     assert "FLAG" not in result.stdout and "Traceback" not in result.output
