@@ -134,10 +134,10 @@ def test_fp16_layer_norm_nothing_removed_a_short_repro_that_reproduces_alone(cli
     assert "layer_norm: XLA DIFFERS, error against float64: XLA" in done.stdout
     assert float32_repro(out).returncode == 0
     assert cli("report", out, "--format", "md").exit_code == 0
-    body = (out / "report.md").read_text()  # the minimal program by name, not a candidate's
-    assert "`program = 'minimal.pt2'`" in body and "g-" not in body
-    assert "Standalone, `PJRT_DEVICE=CPU python repro.py`" in body  # the short form, told so
-    assert "every stage in a fresh process" not in body
+    body = (out / "report.md").read_text()  # no candidate's program named
+    assert "g-" not in body and "pt2" not in body
+    assert f"```python\n{script}```" in body  # the short repro pasted as it is, and its output
+    assert "$ PJRT_DEVICE=CPU python repro.py\nlayer_norm: XLA DIFFERS" in body
     with zipfile.ZipFile(out / "bundle.zip") as bundle:
         names = bundle.namelist()
     assert {"repro.py", "repro_stages.py", "minimal.toml", "minimal.pt2", "summary.json"} <= set(

@@ -166,7 +166,10 @@ def _wrote(graph: GraphShrink | None) -> str:
     inputs = said.get(graph.short_inputs, f"it reads inputs.pt{': ' + why if why else ''}")
     notes = ["the gradient by torch.autograd"] * graph.by_autograd + [inputs] * bool(inputs)
     shown = f" ({'; '.join(notes)})" if notes else ""
-    return f"minimal.pt2, minimal.toml, repro.py{shown} and repro_stages.py"
+    return (
+        f"minimal.pt2, minimal.toml, repro.py{shown}, what it printed run alone (repro.out) "
+        "and repro_stages.py"
+    )
 
 
 @reports_errors

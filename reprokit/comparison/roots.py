@@ -9,7 +9,7 @@ issue, not noise after the first. Read from the records only (no torch): reports
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from reprokit.records import Comparison, VariantResult
@@ -18,11 +18,13 @@ from reprokit.records import Comparison, VariantResult
 @dataclass(frozen=True)
 class Root:
     """A result that differs while its inputs agree; ``reaches``: the outputs beyond tolerance
-    that read it (itself included when it is an output)."""
+    that read it (itself included when it is an output; None: not known, the stage recorded no
+    inputs); ``also``: the other target stages where the same result is a root."""
 
     comparison: Comparison
     said: Mapping[str, Any]  # what the stage said of it: op, shape, module, source line
-    reaches: tuple[str, ...] = ()
+    reaches: tuple[str, ...] | None = ()
+    also: tuple[str, ...] = ()
 
     @property
     def op(self) -> str:
@@ -31,7 +33,8 @@ class Root:
 
 def roots(variant: VariantResult) -> list[Root]:
     """Every root of every target that recorded its results' inputs, those that reach an
-    output first; else the first divergence of each target, as the only one known."""
+    output first; else the first divergence of each target, as the only one known. A result
+    that is a root in several targets (XLA and XLA SPMD) is one root, the others in ``also``."""
     found: list[Root] = []
     for target in dict.fromkeys(c.target for c in variant.comparisons):
         compared = [c for c in variant.comparisons if c.target == target and c.shape is not None]
@@ -42,8 +45,19 @@ def roots(variant: VariantResult) -> list[Root]:
         elif first := next((c for c in compared if not c.allclose), None):
             if found and first.tensor not in said:  # an output of the same program, run whole
                 continue
-            found.append(Root(first, said.get(first.tensor, {})))
-    return sorted(found, key=lambda root: not root.reaches)
+            found.append(Root(first, said.get(first.tensor, {}), reaches=None))
+    return sorted(_merged(found), key=lambda root: root.reaches == ())
+
+
+def _merged(found: list[Root]) -> list[Root]:
+    merged: dict[str, Root] = {}
+    for root in found:
+        name = root.comparison.tensor
+        if name in merged:
+            merged[name] = replace(merged[name], also=(*merged[name].also, root.comparison.target))
+        else:
+            merged[name] = root
+    return list(merged.values())
 
 
 def _roots(compared: list[Comparison], said: Mapping[str, Mapping[str, Any]]) -> list[Root]:

@@ -41,7 +41,7 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = build_report(summary, run_dir)
-    public = {"run_dir": Path(run_dir), "home": user_home()}  # no machine's layout in a report
+    public = {"run_dir": Path(run_dir), "home": user_home(), "cwd": Path.cwd()}  # no layout
     written = []
     if formats in ("md", "all"):
         written.append(_write(out_dir / "report.md", public_paths(markdown(report), **public)))
@@ -81,7 +81,7 @@ def _model_reports(summary: RunSummary, run_dir: Path, out_dir: Path, formats: s
     from reprokit.reports.sweep import model_summaries
 
     written = []
-    public = {"run_dir": run_dir, "home": user_home()}
+    public = {"run_dir": run_dir, "home": user_home(), "cwd": Path.cwd()}
     for folder, part in model_summaries(summary, run_dir):
         report = replace(build_report(part, run_dir), sweep=())
         (out_dir / folder).mkdir(parents=True, exist_ok=True)

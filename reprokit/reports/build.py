@@ -115,8 +115,8 @@ def build_report(summary: RunSummary, run_dir: Path) -> Report:
         checks=checks(summary.variants),
         noted=tuple(evidence(v, run_dir) for v in noted(summary)[:MAX_FIGURES]),
         xla=xla_table(results_order(summary.variants)),
-        sweep=sweep_tables(summary, run_dir),
-        issue=issue(summary, run_dir, shown),
+        sweep=(sweep := sweep_tables(summary, run_dir)),
+        issue=None if sweep else issue(summary, run_dir, shown),  # a sweep: its table first
     )
 
 

@@ -22,6 +22,7 @@ from reprokit.reports.model import (
     DifferenceSizes,
     ErrorCurves,
     Evidence,
+    Issue,
     LossCurves,
     Names,
     Report,
@@ -42,8 +43,8 @@ code{background:#f4f4f4;padding:0 .2em}
 
 def html(report: Report) -> str:
     """The whole page as a string; every value escaped, every secret redacted."""
-    body = [f"<h1>{_text(report.opening)}</h1>"]
-    body += [f"<p>{_text(report.bug)}</p>"] if report.bug else []
+    body = _issue(report.issue) if report.issue else [f"<h1>{_text(report.opening)}</h1>"]
+    body += [f"<p>{_text(report.bug)}</p>"] if report.bug and not report.issue else []
     body += [f"<p>{_text(report.headline)}</p>"]
     if report.checks:
         items = "".join(f"<li>{_text(line)}</li>" for line in report.checks)
@@ -71,6 +72,16 @@ def html(report: Report) -> str:
         f"<style>{_STYLE}</style></head><body>{''.join(body)}</body></html>\n"
     )
     return redact_text(page)
+
+
+def _issue(found: Issue) -> list[str]:
+    """What report.md says first: the title, the bug with its values, the other divergences."""
+    lines = [f"<h1>{_text(found.title)}</h1>", *(f"<p>{_text(line)}</p>" for line in found.bug)]
+    lines += _table(found.witnesses, title=False) if found.witnesses else []
+    if found.others:
+        items = "".join(f"<li>{_text(line)}</li>" for line in found.others)
+        lines.append(f"<p>Other differences of the same program:</p><ul>{items}</ul>")
+    return lines
 
 
 def _evidence(shown: Evidence) -> list[str]:

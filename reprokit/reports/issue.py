@@ -18,7 +18,6 @@ from reprokit.records import Comparison, Outcome, RunSummary, VariantResult
 from reprokit.reports.evidence import plain, script, too_large
 from reprokit.reports.model import Cell, Issue, Table, Text
 
-MAX_INLINE = 40  # lines of a repro pasted as it is; a longer one stays in the bundle
 MAX_FOLDED = 300  # lines of a case's own script shown folded (a captured program's harness never)
 MAX_OTHERS = 8  # other divergences listed
 OUTPUT = "repro.out"  # beside a minimized repro.py: what it printed run alone (minimize)
@@ -39,7 +38,7 @@ def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Iss
         return None
     return Issue(
         title=title(main, target, reference),
-        bug=_bug(main, target, reference),
+        bug=_bug(first, main, target, reference),
         witnesses=witnesses(main.comparison, target, reference),
         others=tuple(_other(r, *_sides(first, r.comparison)) for r in found[1 : MAX_OTHERS + 1]),
         **_repro(first, run_dir),
@@ -121,7 +120,7 @@ def _shape(shape) -> str:
     return "x".join(map(str, shape or ())) or "a scalar"
 
 
-def _bug(root: Root, target: str, reference: str) -> tuple[Text, ...]:
+def _bug(variant: VariantResult, root: Root, target: str, reference: str) -> tuple[Text, ...]:
     c = root.comparison
     counts = [f"{c.mismatched:,} of {c.total:,} elements differ from {reference}'s"]
     for what, (theirs, ours) in (("NaN", c.nan), ("inf", c.inf)):
@@ -134,6 +133,9 @@ def _bug(root: Root, target: str, reference: str) -> tuple[Text, ...]:
         text += (f" Against the same program run in float64, {target}'s error (RMSE) is "
                  f"{e_target:.3g} where {reference}'s own is {e_ref:.3g}{bound}.")  # fmt: skip
     lines = [text]
+    if root.also:
+        others = ", ".join(_backend(variant, name) for name in root.also)
+        lines.append(f"The same operation differs the same way on {others}.")
     if root.reaches:
         outputs = ", ".join(f"`{o}`" for o in root.reaches)
         lines.append(f"It reaches the program's output{'s' * (len(root.reaches) > 1)} {outputs}.")
@@ -163,17 +165,20 @@ def _other(root: Root, target: str, reference: str) -> Text:
     line += f" at `{list(c.worst[0].index)}`" if c.worst else ""
     if root.reaches:
         return line + f"; it reaches {', '.join(f'`{o}`' for o in root.reaches)}."
+    if root.reaches is None:
+        return line + "."
     return line + "; it reaches no output (harmless to the outputs)."
 
 
 def _repro(variant: VariantResult, run_dir: Path) -> dict:
-    """The script: pasted when it is short, folded when it is a case's own, else named in the
-    bundle (a captured program's harness: hundreds of lines no maintainer reads)."""
+    """The script: a minimize folder's short repro with what it printed run alone (pasted when
+    short, else folded), a case's own script folded, else named in the bundle (a captured
+    program's harness: hundreds of lines no maintainer reads)."""
     found = script(run_dir, variant)
     none = {"repro": None, "output": None, "elsewhere": None}
     if found is None:
         return none
-    if found.short and found.lines <= MAX_INLINE:
+    if found.short:
         output = Path(run_dir) / variant.label / OUTPUT
         said = output.read_text(encoding="utf-8") if output.is_file() else None
         return none | {"repro": found, "output": said}

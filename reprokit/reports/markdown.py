@@ -122,10 +122,10 @@ def _issue(report: Report, found: Issue) -> str:
     parts += ["## To Reproduce", ""]
     if found.repro is not None and found.repro.lines <= MAX_PASTED:
         parts += [*fenced(found.repro.text, "python"), ""]
-        parts += [*fenced(found.output), ""] if found.output else []
     elif found.repro is not None:
         summary = f"repro.py ({found.repro.lines} lines)"
         parts += collapsed(summary, fenced(found.repro.text, "python"))
+    parts += [*fenced(found.output), ""] if found.output else []
     parts += [found.elsewhere, ""] if found.elsewhere else []
     parts += ["## Expected behavior", "", *_paragraphs(found.expected)]
     parts += ["## Environment", "", *_environment(report.environment), ""]

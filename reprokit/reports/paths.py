@@ -21,7 +21,11 @@ _PACKAGES = re.compile(r"(?<![\w.~-])/[^\s\"'`]*?/((?:site|dist)-packages)/")
 
 
 def public_paths(
-    text: str, *, run_dir: Path | str | None = None, home: Path | str | None = None
+    text: str,
+    *,
+    run_dir: Path | str | None = None,
+    home: Path | str | None = None,
+    cwd: Path | str | None = None,
 ) -> str:
     """``text`` with every path inside ``run_dir`` written relative to it
     (``/home/al/runs/seed/case/repro.py`` -> ``case/repro.py``) and every other path under
@@ -29,13 +33,25 @@ def public_paths(
     installed package's file from its packages folder on (``site-packages/torch/nn/...``). The
     run folder itself, named alone, is said under ``~`` when it is there, as a rerun command
     needs it. Folders are matched as given and as resolved (a symlinked home, a relative run
-    folder)."""
+    folder). ``cwd``, the folder the command ran in: a path inside it is written relative to it
+    (``/tmp/trial/models.py:build`` -> ``models.py:build``), as the user typed it, unless that
+    folder holds the home folder (``/``, ``/home``, home itself: ``~`` says it better)."""
     for folder in _spellings(run_dir):
         text = re.sub(re.escape(folder) + "/+", "", text)
     text = _PACKAGES.sub(r"\1/", text)
+    for folder in _spellings(cwd) if not _holds(cwd, home) else ():
+        text = re.sub(re.escape(folder) + "/+", "", text)
     for folder in _spellings(home):
         text = re.sub(re.escape(folder) + _NAME_GOES_ON, "~", text)
     return text
+
+
+def _holds(folder: Path | str | None, home: Path | str | None) -> bool:
+    """``folder`` is the home folder or one of its parents (or there is no home to tell)."""
+    if folder is None or home is None:
+        return True
+    inner, outer = Path(home).expanduser().resolve(), Path(folder).expanduser().resolve()
+    return inner == outer or outer in inner.parents
 
 
 def _spellings(folder: Path | str | None) -> Iterable[str]:

@@ -45,4 +45,4 @@ def test_two_independent_roots_each_with_the_outputs_it_reaches_and_a_harmless_o
 def test_without_recorded_inputs_the_first_divergence_is_the_one_root_known():
     said = {"node.0000.a": {"op": "aten.a"}, "node.0001.b": {"op": "aten.b"}}
     found = roots(variant(said, {"node.0001.b", "output.0"}, [*said, "output.0"]))
-    assert [r.comparison.tensor for r in found] == ["node.0001.b"]
+    assert [(r.comparison.tensor, r.reaches) for r in found] == [("node.0001.b", None)]

@@ -92,3 +92,19 @@ def test_a_minimize_folder_pastes_its_short_repro_and_what_it_printed(cli, captu
     assert_nothing_the_reader_cannot_see(text, tmp_path)
     alone = run_alone(out)  # the pasted script, copied alone, exits 1
     assert alone.returncode == 1, alone.stdout + alone.stderr
+
+
+def test_a_training_step_names_the_root_and_the_gradients_it_reaches(cli, tmp_path):
+    result = cli("capture", f"{MODELS}:softplus_step", "--train", "-o", tmp_path / "captured")
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "run"
+    result = cli("run", tmp_path / "captured" / "softplus_step.toml", "--set", "dtype=float16",
+                 "-o", out, "-n", "2")  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert cli("report", out).exit_code == 0
+    assert all((out / name).is_file() for name in FORMATS)
+    text = (out / "report.md").read_text()
+    assert text.startswith("# float16 `aten.softplus.default` on XLA returns inf where CPU")
+    assert "It reaches the program's outputs" in text and "`grad.fc1.weight`" in text
+    assert "The same operation differs the same way on XLA (SPMD)." in text
+    assert_nothing_the_reader_cannot_see(text, tmp_path)

@@ -76,3 +76,12 @@ def test_a_case_under_home_leaves_no_absolute_path_in_the_report_or_the_bundle(
         texts = {n: bundle.read(n).decode() for n in bundle.namelist() if n.endswith(tuple(TEXT))}
     assert "summary.json" in texts and any(n.endswith("repro.py") for n in texts)
     assert [n for n, text in texts.items() if str(home) in text or str(tmp_path) in text] == []
+
+
+def test_a_path_in_the_folder_the_command_ran_in_is_written_as_the_user_typed_it():
+    """A sweep list's own model (/tmp/trial/models.py:build) showed the machine's folder."""
+    text = "reprokit sweep /tmp/trial/models.py:build -o /tmp/trial/runs/sw; ~ at /home/al/x"
+    said = public_paths(text, run_dir="/tmp/trial/runs/sw", home="/home/al", cwd="/tmp/trial")
+    assert said == "reprokit sweep models.py:build -o runs/sw; ~ at ~/x"
+    # a folder holding home is no user's project: ~ says more
+    assert public_paths("/home/al/x", home="/home/al", cwd="/home") == "~/x"

@@ -5,6 +5,8 @@ program's, and the script draws exactly the values minimize checked with the ora
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -31,9 +33,12 @@ def rendered(inputs: list[short.Input], tol: float = 1e-4) -> str:
 
 
 def script_of(inputs: list[short.Input], tol: float = 1e-4) -> dict:
-    """The short repro executed as a module (its main guard not run)."""
+    """The short repro's definitions executed, not its run (the script's last part, from its
+    first call of ``run``: a pasted repro has no main guard, a line it does not need)."""
     namespace = {"__name__": "short_repro"}
-    exec(compile(rendered(inputs, tol), "repro.py", "exec"), namespace)
+    text = rendered(inputs, tol)
+    definitions = text[: text.index("\ncpu, fp64 = run(")]
+    exec(compile(definitions, "repro.py", "exec"), namespace)
     return namespace
 
 
@@ -80,8 +85,11 @@ def test_the_short_verdict_and_the_harness_agree(tol):
         assert rule(*triples["3x for few elements"])[0] and rule(*triples["3x for 1x1 images"])[0]
         assert not rule(*triples["2x for a large float32"])[0]
         assert "error against float64: XLA" in rule(*triples["far"])[1]
-    assert rule(*triples["equal values, other dtype"]) == (False, "dtype torch.bool on XLA, "
-                                                           "torch.int64 on CPU")  # fmt: skip
+    assert rule(*triples["equal values, other dtype"]) == (
+        False, "dtype torch.bool on XLA, torch.int64 on CPU; values compared at TOL"
+    )  # fmt: skip
+    far = rule(*triples["far"])[1]  # the worst elements' values, each side and float64
+    assert re.search(r"\n  at \[\d+, \d+\]: XLA -?[\d.]+, CPU -?[\d.]+, float64 -?[\d.]+", far)
     assert not rule(*triples["cumsum of bools: bool on XLA"])[0]  # no allclose of bool and int
 
 

@@ -79,9 +79,11 @@ def test_elu_gradient_first_differs_at_its_backward_op(elu_run):
     assert not judged["grad.fc1.weight"].allclose and not judged["grad.fc1.bias"].allclose
     reprokit.report(run_dir)
     body = (run_dir / "report.md").read_text()
-    assert f"{first} is the first to differ" in body
-    assert re.search(r"`aten\.elu_backward\.default` \(16x32\) in `act` from `\S*models\.py:"
-                     r"\d+: out = self\.fc2\(self\.act\(self\.fc1\(x\)\)\)`", body)  # fmt: skip
+    assert body.startswith("# float32 `aten.elu_backward.default` on XLA returns ")
+    assert re.search(r"`aten\.elu_backward\.default` of 16x32 and 16x32 \(result 16x32\) in `act`, "
+                     r"from `\S*models\.py:\d+: out = self\.fc2\(self\.act\(self\.fc1\(x\)\)\)`",
+                     body)  # fmt: skip
+    assert "`grad.fc1.weight`" in body.split("## To Reproduce")[0]  # the gradients it reaches
 
 
 def test_minimize_shrinks_the_elu_step_to_its_backward_op(cli, captured, tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ in the output folder's summary.json; what "the same outcome" means is
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ def minimize(
     def work() -> None:
         nonlocal search
         search = param_search(variant, runner)
-        shrink(search, variant.template.params)
+        shrink(search, variant.template.params, lambda params: render(variant.with_params(params)))
 
     stopped = until_stopped(work)
     minimal = variant.with_params(search.best if search else variant.params)
@@ -113,12 +113,22 @@ def simplest(param: Param) -> Any:
     return None
 
 
-def shrink(search: Search[Params], declared: Mapping[str, Param]) -> None:
-    """Passes of :func:`shrink_once` until one changes nothing."""
-    fixpoint(search, [partial(shrink_once, declared=declared)])
+def shrink(
+    search: Search[Params],
+    declared: Mapping[str, Param],
+    script: Callable[[Params], str] | None = None,
+) -> None:
+    """Passes of :func:`shrink_once` until one changes nothing. ``script``: the script the
+    parameters render, when known: a parameter that leaves it as it is (`spmd_devices` of a
+    program with no SPMD stage) is not a change to make, nor to report."""
+    fixpoint(search, [partial(shrink_once, declared=declared, script=script)])
 
 
-def shrink_once(search: Search[Params], declared: Mapping[str, Param]) -> None:
+def shrink_once(
+    search: Search[Params],
+    declared: Mapping[str, Param],
+    script: Callable[[Params], str] | None = None,
+) -> None:
     """Delta debugging over the 'make it simplest' changes, then bisection of what is left:
     a change leaves the pending list when it is applied."""
     start = dict(search.best)
@@ -127,6 +137,9 @@ def shrink_once(search: Search[Params], declared: Mapping[str, Param]) -> None:
         for name, p in declared.items()
         if simplest(p) is not None and start.get(name) != simplest(p)
     }
+    if script is not None:
+        now = script(start)
+        changes = {n: v for n, v in changes.items() if script({**start, n: v}) != now}
 
     def first(rests: list[list[str]]) -> int | None:
         tried = [{**start, **{n: v for n, v in changes.items() if n not in r}} for r in rests]

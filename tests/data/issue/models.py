@@ -36,3 +36,19 @@ def bookkeeper():
     torch.manual_seed(0)
     mask = torch.rand(2, 16) > 0.5
     return Bookkeeper(), (mask, torch.randn(6, 8) * 5, torch.arange(30.0).view(1, 1, 5, 6))
+
+
+class SoftplusStep(nn.Module):
+    """A training step whose float16 softplus is inf on XLA: its gradients follow."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 1)
+
+    def forward(self, x, y):
+        return F.mse_loss(self.fc2(F.softplus(self.fc1(x) * 20)), y)
+
+
+def softplus_step():
+    torch.manual_seed(0)
+    return SoftplusStep(), (torch.rand(16, 4), torch.randn(16, 1))

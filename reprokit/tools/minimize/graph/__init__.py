@@ -86,7 +86,7 @@ def minimize_graph(
             runner, graph.target, programs.params(graph.best), graph.best_result,
             lambda chosen: candidate(variant, chosen), steps=graph.steps,
         )  # fmt: skip
-        shrink(params, variant.template.params)
+        shrink(params, variant.template.params, lambda chosen: render(variant.with_params(chosen)))
 
     stopped = until_stopped(work)
     return write(programs, runner, searches, stopped, time.monotonic() - start)
