@@ -147,7 +147,8 @@ def report_(
 ) -> None:
     """report.md (issue-ready), report.html (with plots), bundle.zip (to attach)."""
     reports = reprokit.report(run_dir, formats=format_, out_dir=output)
-    out.print(headline(reports.summary), highlight=False)
+    if reports.summary.minimized is None:  # a minimize folder expects its mismatch: no news
+        out.print(headline(reports.summary), highlight=False)
     for path in reports.written:
         out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False)
     if reports.title:

@@ -149,11 +149,13 @@ def minimize_(
         out.print(found.describe(), highlight=False)  # says so plainly
     wrote = _wrote(found.graph)
     out.print(
-        f"script {found.lines[0]} -> {found.lines[1]} lines; {found.candidates} candidate "
-        f"runs, {found.cache_hits} cache hits, {found.seconds} s ({found.stopped}); "
+        f"script {found.lines[0]} -> {found.lines[1]} lines; {found.candidate_runs}, "
+        f"{found.cache_hits} cache hits, {found.seconds} s ({found.stopped}); "
         f"wrote {wrote} into {output}",
         highlight=False,
     )
+    for other in found.graph.others if found.graph else ():
+        out.print(f"also differs, independently (not in this repro): {other}", highlight=False)
     raise typer.Exit(ExitCode.INTERRUPTED if found.stopped == "interrupted" else ExitCode.OK)
 
 

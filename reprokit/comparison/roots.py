@@ -85,3 +85,12 @@ def _downstream(name: str, readers: Mapping[str, list[str]]) -> list[str]:
                 seen.append(reader)
                 todo.append(reader)
     return seen
+
+
+def said(root: Root) -> str:
+    """A root in a line: its op, shape and source line, and the outputs it reaches."""
+    info, shape = root.said, "x".join(map(str, root.comparison.shape or ())) or "a scalar"
+    text = f"`{root.op}` ({shape})" + (f" from `{info['source']}`" if info.get("source") else "")
+    if root.reaches:
+        return text + f", reaching {', '.join(f'`{o}`' for o in root.reaches)}"
+    return text + (", reaching no output" if root.reaches == () else "")

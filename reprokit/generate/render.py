@@ -56,7 +56,19 @@ def _python_literal(value: Any) -> Markup:
         return value
     if isinstance(value, str):  # JSON's string escapes are all valid in Python too
         return Markup(json.dumps(value))
-    return Markup(repr(value))
+    return Markup(_literal(value))
+
+
+def _literal(value: Any) -> str:
+    """repr(), but a float that is not finite as ``float("inf")``: repr's ``inf`` and ``nan``
+    are no Python (an input of NaN or inf printed in a short repro)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f'float("{value}")'
+    if isinstance(value, list):
+        return f"[{', '.join(map(_literal, value))}]"
+    if isinstance(value, tuple):
+        return f"({', '.join(map(_literal, value))}{',' * (len(value) == 1)})"
+    return repr(value)
 
 
 def _comment(value: Any) -> Markup:

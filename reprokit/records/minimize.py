@@ -45,6 +45,9 @@ class GraphShrink:
     short_inputs: str = ""
     # a training capture's backward operations written as torch.autograd computes them
     by_autograd: bool = False
+    # the program's other independent divergences, which this minimization did not keep: each
+    # its op, source line and the outputs it reaches (comparison/roots.py), in words
+    others: tuple[str, ...] = ()
 
     @property
     def removed_nothing(self) -> bool:
@@ -63,6 +66,7 @@ class GraphShrink:
             "inputs": list(self.inputs),
             "weights": list(self.weights),
             "steps": [asdict(s) for s in self.steps],
+            "others": list(self.others),
             "removed_nothing": self.removed_nothing,  # derived: for readers of summary.json
         }
 
@@ -75,6 +79,7 @@ class GraphShrink:
             inputs=tuple,
             weights=tuple,
             steps=lambda items: tuple(Step(**s) for s in items),
+            others=tuple,
         )
 
 
@@ -104,7 +109,7 @@ class MinimizeResult:
                 shrunk = f"Nothing could be removed: its {nodes[0]} operation{many} needed"
             return (
                 f"{shrunk}"
-                f"{moved} (script {self.lines[1]} lines, {self.candidates} candidate runs, "
+                f"{moved} (script {self.lines[1]} lines, {self.candidate_runs}, "
                 f"{self.cache_hits} cache hits, {self.seconds} s, {self.stopped}), "
                 f"still {self.target}."
             )
@@ -120,7 +125,7 @@ class MinimizeResult:
 
     @property
     def candidate_runs(self) -> str:
-        return f"{self.candidates} candidate runs"
+        return f"{self.candidates} candidate run{'s' * (self.candidates != 1)}"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self) | {"changes": [asdict(c) for c in self.changes],

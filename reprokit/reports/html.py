@@ -230,7 +230,8 @@ def _errors(curves: ErrorCurves) -> Figure:
     if curves.first_index is not None:
         axes.axvline(curves.first_index, color="#b00020", linestyle="--",
                      label=f"first: {curves.first}")  # fmt: skip
-    axes.set_yscale("log")
+    if any(math.isfinite(e) for e in both):  # a log scale needs one value to stand on
+        axes.set_yscale("log")
     axes.set(title=f"{curves.label}: {curves.target}", xlabel="operation (execution order)",
              ylabel="RMSE against float64")  # fmt: skip
     axes.legend(fontsize="small")

@@ -89,12 +89,19 @@ def symptom(c: Comparison, reference: str) -> str:
     if worst is None:
         return f"differs from {reference} (max abs {c.max_abs:.3g})"
     got, want = value(worst.target, c.dtype), value(worst.reference, c.dtype)
-    agree = worst.fp64 is not None and _close(worst.reference, worst.fp64)
+    agree = worst.fp64 is not None and _floating(c) and _close(worst.reference, worst.fp64)
     return f"returns {got} where {reference}{' and float64 give' if agree else ' gives'} {want}"
 
 
 def _close(a: float, b: float) -> bool:
-    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-2 * max(1.0, abs(b))
+    """Near enough to say "CPU and float64 give": equal (infinities too) or within 1%."""
+    return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-2 * max(1, abs(b)))
+
+
+def _floating(c: Comparison) -> bool:
+    """A floating result on both sides: float64's figures say something only for those."""
+    kinds = (c.dtype, reference_dtype(c) or c.dtype)
+    return all(k and k.startswith(("float", "bfloat", "complex")) for k in kinds)
 
 
 def title(root: Root, target: str, reference: str) -> Text:
@@ -109,8 +116,10 @@ def _where(root: Root) -> str:
     info, shape = root.said, root.comparison.shape
     reads = " and ".join(_shape(s) for s in info.get("reads", ()))
     text = f"`{root.op}`" + (f" of {reads}" if reads else "") + f" (result {_shape(shape)})"
-    if info.get("module"):
-        text += f" in `{info['module']}`"
+    if module := info.get("module"):  # a Sequential's child is a number: said as such
+        text += (
+            f" in submodule `{module}`" if module.split(".")[-1].isdigit() else f" in `{module}`"
+        )
     if info.get("source"):
         text += f", from `{plain(info['source'])}`"
     return text
@@ -125,11 +134,12 @@ def _bug(variant: VariantResult, root: Root, target: str, reference: str) -> tup
     counts = [f"{c.mismatched:,} of {c.total:,} elements differ from {reference}'s"]
     for what, (theirs, ours) in (("NaN", c.nan), ("inf", c.inf)):
         if ours > theirs:
-            counts.append(f"{ours:,} are {what} on {target} ({theirs:,} on {reference})")
+            on_reference = f"{theirs:,} on {reference}" if theirs else f"none on {reference}"
+            counts.append(f"{ours:,} are {what} on {target} ({on_reference})")
     text = f"On {target}, {_where(root)} {symptom(c, reference)}: {'; '.join(counts)}."
-    if c.errors is not None:
+    if c.errors is not None and _floating(c) and math.isfinite(c.errors[0]):
         e_ref, e_target = c.errors
-        bound = f" (at most {c.bound:.3g} would be noise)" if c.bound is not None else ""
+        bound = f" (at most {c.bound:.3g} would be noise)" if _finite(c.bound) else ""
         text += (f" Against the same program run in float64, {target}'s error (RMSE) is "
                  f"{e_target:.3g} where {reference}'s own is {e_ref:.3g}{bound}.")  # fmt: skip
     lines = [text]
@@ -147,7 +157,7 @@ def witnesses(c: Comparison, target: str, reference: str) -> Table | None:
     if not c.worst:
         return None
     theirs = reference_dtype(c) or c.dtype
-    fp64 = any(w.fp64 is not None for w in c.worst)
+    fp64 = _floating(c) and any(w.fp64 is not None for w in c.worst)
     header = ("element", f"{reference} ({theirs})", f"{target} ({c.dtype})")
     rows = tuple(
         (Cell(str(list(w.index)), code=True), Cell(value(w.reference, theirs)),
@@ -203,14 +213,18 @@ def _expected(c: Comparison, target: str, reference: str) -> tuple[Text, ...]:
     w = c.worst[0]
     at = f"`{list(w.index)}`"
     want = value(w.reference, c.dtype)
-    if w.fp64 is not None:
-        text = (f"{target} returns about {value(w.fp64, 'float64')} at {at}, as {reference} "
-                f"({want}) and float64 do")  # fmt: skip
-        if c.bound is not None:
-            text += f", and its error against float64 stays within {c.bound:.3g}, as {reference}'s"
-        return (text + ".",)
+    if w.fp64 is not None and _close(w.reference, w.fp64) and not math.isfinite(w.fp64):
+        return (f"{target} returns {want} at {at}, as {reference} and float64 do.",)
+    if w.fp64 is not None and _finite(c.bound):
+        return (f"{target} returns about {value(w.fp64, 'float64')} at {at}, as {reference} "
+                f"({want}) and float64 do, and its error against float64 stays within "
+                f"{c.bound:.3g}, as {reference}'s.",)  # fmt: skip
     return (f"{target} returns {want} at {at}, as {reference} does "
             f"(within rtol={c.rtol:g}, atol={c.atol:g}).",)  # fmt: skip
+
+
+def _finite(number: float | None) -> bool:
+    return number is not None and math.isfinite(number)
 
 
 def _context(summary: RunSummary, first: VariantResult, shown: list[VariantResult]) -> tuple:
@@ -220,9 +234,16 @@ def _context(summary: RunSummary, first: VariantResult, shown: list[VariantResul
                      "XLA and in float64, each XLA result judged by its error against float64 "
                      "beside CPU's.")  # fmt: skip
     graph = summary.minimized.graph if summary.minimized is not None else None
+    if graph is not None and graph.short_inputs == "random":
+        lines.append("The table above holds the model's own inputs' results; the repro draws "
+                     "seeded random inputs of the same shapes, spreads and dtypes, so the "
+                     "elements it prints differ.")  # fmt: skip
     if graph is not None and graph.nodes[0] != graph.nodes[1]:
         lines.append(f"The repro is {graph.nodes[1]} of the model's {graph.nodes[0]} operations, "
                      "with the inputs it reads.")  # fmt: skip
+    if graph is not None and graph.others:
+        lines.append("The model differs independently elsewhere too, not in this repro: "
+                     f"{'; '.join(graph.others)}.")  # fmt: skip
     for other in shown[1 : MAX_OTHERS + 1]:
         found = roots(other)
         what = title(found[0], *_sides(other, found[0].comparison)) if found else other.outcome

@@ -33,12 +33,9 @@ def rendered(inputs: list[short.Input], tol: float = 1e-4) -> str:
 
 
 def script_of(inputs: list[short.Input], tol: float = 1e-4) -> dict:
-    """The short repro's definitions executed, not its run (the script's last part, from its
-    first call of ``run``: a pasted repro has no main guard, a line it does not need)."""
+    """The short repro executed as a module (its main guard not run)."""
     namespace = {"__name__": "short_repro"}
-    text = rendered(inputs, tol)
-    definitions = text[: text.index("\ncpu, fp64 = run(")]
-    exec(compile(definitions, "repro.py", "exec"), namespace)
+    exec(compile(rendered(inputs, tol), "repro.py", "exec"), namespace)
     return namespace
 
 
@@ -86,7 +83,7 @@ def test_the_short_verdict_and_the_harness_agree(tol):
         assert not rule(*triples["2x for a large float32"])[0]
         assert "error against float64: XLA" in rule(*triples["far"])[1]
     assert rule(*triples["equal values, other dtype"]) == (
-        False, "dtype torch.bool on XLA, torch.int64 on CPU; values compared at TOL"
+        False, f"dtype torch.bool on XLA, torch.int64 on CPU; values agree within {tol}"
     )  # fmt: skip
     far = rule(*triples["far"])[1]  # the worst elements' values, each side and float64
     assert re.search(r"\n  at \[\d+, \d+\]: XLA -?[\d.]+, CPU -?[\d.]+, float64 -?[\d.]+", far)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reprokit.comparison.roots import roots, said
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
@@ -81,6 +82,7 @@ def minimize_graph(
 
     def work() -> None:
         searches.graph = graph = baseline(programs, runner)
+        searches.others = tuple(said(r) for r in roots(graph.best_result)[1:])  # not kept
         fixpoint(graph, strategies(programs.original, truncation=truncate))
         searches.params = params = Search(
             runner, graph.target, programs.params(graph.best), graph.best_result,
@@ -98,6 +100,7 @@ class _Searches:
 
     graph: Search[State] | None = None
     params: Search[dict[str, Any]] | None = None
+    others: tuple[str, ...] = ()  # the program's other independent divergences
 
 
 def baseline(programs: Programs, runner: Runner) -> Search[State]:
@@ -140,9 +143,9 @@ def write(
     checking = graph.target if graph and stopped != "interrupted" else None  # Ctrl-C: no run
     by_autograd = gradient_repro(programs, runner, best, minimal, checking)
     if by_autograd is not None:
-        pasted, pasted_stored, said = by_autograd
+        pasted, pasted_stored, told = by_autograd
     else:
-        inputs, said = short_inputs(programs, runner, best, params, checking)
+        inputs, told = short_inputs(programs, runner, best, params, checking)
         pasted = short.short_repro(original, best, minimal, inputs, programs.perturbed)
         pasted_stored = short.stored(inputs, short.values_read(original, best))
 
@@ -158,7 +161,14 @@ def write(
         lines=(render(variant).count("\n"), pasted.count("\n")),
         seconds=seconds,
         stopped=stopped,
-        graph=_shrunk(programs, best, graph.steps if graph else {}, said, by_autograd is not None),
+        graph=_shrunk(
+            programs,
+            best,
+            graph.steps if graph else {},
+            told,
+            by_autograd is not None,
+            searches.others,
+        ),
     )
     last = chosen or graph  # the parameter search, once it started, has the last result
     kept = last.best_result if last else None
@@ -240,6 +250,7 @@ def _shrunk(
     steps: dict[str, list[int]],
     short_inputs: str,
     by_autograd: bool,
+    others: tuple[str, ...] = (),
 ) -> GraphShrink:
     """What the program lost (operations, inputs, weights: before -> after), what each
     strategy cost, how the short repro writes its inputs and whether by autograd."""
@@ -253,4 +264,5 @@ def _shrunk(
         steps=tuple(Step(k, runs, removed) for k, (runs, removed) in steps.items()),
         short_inputs=short_inputs,
         by_autograd=by_autograd,
+        others=others,
     )

@@ -140,13 +140,12 @@ def _comment(node: Any) -> str:
         r'File "(.+)", line (\d+), in .*\n\s*(.*)', node.meta.get("stack_trace") or ""
     )
     user = [f for f in frames if not re.search(r"[/\\](site|dist)-packages[/\\]", f[0])] or frames
-    parts = [node.name]
-    if stack:
-        parts.append(f"({stack[-1][0] or 'top'})")
+    text = node.name
+    if stack and (module := stack[-1][0]):  # a Sequential's child is a number: said as such
+        text += f" in {'submodule ' * module.split('.')[-1].isdigit()}{module}"
     if user:
         file, line, code = user[-1]
-        parts.append(f"{Path(file).name}:{line}: {code.strip()}")
-    text = " ".join(parts)
+        text += f", from {Path(file).name}:{line}: {code.strip()}"
     return text if len(text) <= 92 else text[:89] + "..."
 
 

@@ -83,9 +83,9 @@ def _input(name: str, value: Any, random: bool) -> Input:
         return _stored(name, value)
     finite = bool(value.isfinite().all()) if floating and value.numel() else True
     flat = value.flatten()
-    if value.numel() and finite and bool((flat == flat[0]).all()):
+    if value.numel() and bool((flat == flat[0]).all()):  # NaN and inf printed as float("inf")
         return Input(name, "full", shape, dtype, (("value", flat[0].item()),))
-    if value.numel() <= SHORT_LITERAL and finite:
+    if value.numel() <= SHORT_LITERAL:
         return Input(name, "literal", shape, dtype, (("numbers", flat.tolist()),))
     if not random or not finite:
         return _stored(name, value)
@@ -148,7 +148,14 @@ def short_repro(
     atol = variant.compare.get("atol")
     named = ", ".join(dict.fromkeys(str(original.nodes[n].target) for n in ops[:3]))
     named += ", ..." * (len(ops) > 3)
-    described = f"{len(ops)} of the {before} operations of a captured model"
+    described = (
+        f"{len(ops)} of the {before} operations"
+        if len(ops) < before
+        else f"all {before} operations"
+        if before > 1
+        else "the one operation"
+    )
+    described += " of a captured model"
     if gradient is not None:
         named = ", ".join(_op(original, n) for n in gradient.backward) + " (by autograd)"
     context = {  # what the script is, in a maintainer's words: no case or tool names
