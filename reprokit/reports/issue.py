@@ -246,14 +246,18 @@ def _context(summary: RunSummary, first: VariantResult, shown: list[VariantResul
                      f"{'; '.join(graph.others)}.")  # fmt: skip
     for other in shown[1 : MAX_OTHERS + 1]:
         found = roots(other)
-        what = title(found[0], *_sides(other, found[0].comparison)) if found else other.outcome
+        what = (
+            title(found[0], *_sides(other, found[0].comparison)) if found else other.outcome.value
+        )
         lines.append(f"Also in this run, `{other.label}`: {what}.")
     return tuple(lines)
 
 
 def _not_run(variant: VariantResult) -> Text | None:
+    """The accelerators this run did not try, when XLA ran only on the CPU."""
     kinds = {s.xla.device_kind for s in variant.stages if s.xla and s.xla.device_kind}
     if kinds - {"CPU"}:
         return None
-    return ("Not run on a TPU or a GPU (this machine has neither): XLA here is XLA:CPU "
-            "(`PJRT_DEVICE=CPU`).")  # fmt: skip
+    gpu = any(s.backend == "cuda" for s in variant.stages)
+    missing = "a TPU" if gpu else "a TPU or a GPU"
+    return f"Not run on {missing}: XLA here is XLA:CPU (`PJRT_DEVICE=CPU`)."
