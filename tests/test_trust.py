@@ -96,7 +96,7 @@ def test_recording_every_operation_changes_a_float16_moment_layer_norm(ran):
     (alone,) = found.fusion_nodes
     assert alone in ("node.0002.mean", "node.0005.sub", "node.0006.add")
     report = (ran[0] / "report.md").read_text(encoding="utf-8")
-    assert "sensitive to fusion" in report and f"Recording `{alone}` alone" in report
+    assert "sensitive to fusion" in report and "alone is enough to change them" in report
 
 
 def test_a_plain_program_is_not_fusion_sensitive(ran):

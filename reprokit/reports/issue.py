@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from reprokit.comparison.roots import Root, roots
-from reprokit.records import Comparison, Outcome, RunSummary, VariantResult
+from reprokit.records import Comparison, Outcome, RunSummary, Triage, VariantResult
 from reprokit.reports.evidence import plain, script, too_large
 from reprokit.reports.model import Cell, Issue, Table, Text
 
@@ -26,8 +26,9 @@ BACKENDS = {"cpu": "CPU", "xla": "XLA", "xla_spmd": "XLA (SPMD)", "cuda": "CUDA"
 
 
 def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Issue | None:
-    """The issue of the first problem, when it is a mismatch with a divergence to tell."""
-    first = shown[0] if shown else None
+    """The issue of the run's one problem, when it is a mismatch of a captured program (a run
+    of several problems keeps the report of each, as a sweep writes one report per model)."""
+    first = shown[0] if len(shown) == 1 else None
     if first is None or first.outcome is not Outcome.MISMATCH:
         return None
     found = roots(first)
@@ -43,7 +44,7 @@ def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Iss
         others=tuple(_other(r, *_sides(first, r.comparison)) for r in found[1 : MAX_OTHERS + 1]),
         **_repro(first, run_dir),
         expected=_expected(main.comparison, target, reference),
-        context=_context(summary, first, shown) + too_large(run_dir, first),
+        context=_context(summary, first) + too_large(run_dir, first),
         not_run=_not_run(first),
     )
 
@@ -84,8 +85,12 @@ def value(number: float | None, dtype: str | None) -> str:
 def symptom(c: Comparison, reference: str) -> str:
     """What the target returns, in a few words: another dtype, NaN, inf, other values."""
     if other := reference_dtype(c):
-        return f"returns {c.dtype} where {reference} returns {other}"
+        equal = " (the values equal)" if c.note.startswith("values equal") else ""
+        return f"returns {c.dtype} where {reference} returns {other}{equal}"
     worst = c.worst[0] if c.worst else None
+    if worst is None and c.errors is not None:
+        e_ref, e_target = c.errors
+        return f"is farther from float64 than {reference} (RMSE {e_target:.3g}, not {e_ref:.3g})"
     if worst is None:
         return f"differs from {reference} (max abs {c.max_abs:.3g})"
     got, want = value(worst.target, c.dtype), value(worst.reference, c.dtype)
@@ -122,6 +127,8 @@ def _where(root: Root) -> str:
         )
     if info.get("source"):
         text += f", from `{plain(info['source'])}`"
+    if info.get("library_source"):  # inside a library the user's line calls
+        text += f", inside `{plain(info['library_source'])}`"
     return text
 
 
@@ -135,14 +142,16 @@ def _bug(variant: VariantResult, root: Root, target: str, reference: str) -> tup
     for what, (theirs, ours) in (("NaN", c.nan), ("inf", c.inf)):
         if ours > theirs:
             on_reference = f"{theirs:,} on {reference}" if theirs else f"none on {reference}"
-            counts.append(f"{ours:,} are {what} on {target} ({on_reference})")
+            counts.append(
+                f"{ours:,} {'is' if ours == 1 else 'are'} {what} on {target} ({on_reference})"
+            )
     text = f"On {target}, {_where(root)} {symptom(c, reference)}: {'; '.join(counts)}."
     if c.errors is not None and _floating(c) and math.isfinite(c.errors[0]):
         e_ref, e_target = c.errors
         bound = f" (at most {c.bound:.3g} would be noise)" if _finite(c.bound) else ""
         text += (f" Against the same program run in float64, {target}'s error (RMSE) is "
                  f"{e_target:.3g} where {reference}'s own is {e_ref:.3g}{bound}.")  # fmt: skip
-    lines = [text]
+    lines = [text, *_trust(variant, root)]
     if root.also:
         others = ", ".join(_backend(variant, name) for name in root.also)
         lines.append(f"The same operation differs the same way on {others}.")
@@ -150,6 +159,40 @@ def _bug(variant: VariantResult, root: Root, target: str, reference: str) -> tup
         outputs = ", ".join(f"`{o}`" for o in root.reaches)
         lines.append(f"It reaches the program's output{'s' * (len(root.reaches) > 1)} {outputs}.")
     return tuple(lines)
+
+
+def _trust(variant: VariantResult, root: Root) -> list[Text]:
+    """How far the verdict can be trusted (docs/verdicts.md), in the issue's words: the
+    precision triage, whether fusion changes the outputs, each operation's own error."""
+    lines = []
+    if variant.triage:
+        lines.append(f"Run again more precisely, the mismatch {Triage(variant.triage).said}.")
+    if variant.fusion_sensitive:
+        shown = [f"`{c.tensor}`" for c in variant.fusion if not c.allclose]
+        lines.append("The difference is sensitive to fusion: the program run whole, as one "
+                     "graph, and run keeping every operation's result give other outputs"
+                     f"{' (' + ', '.join(shown) + ')' if shown else ''}; the outputs are judged "
+                     "as the program runs whole.")  # fmt: skip
+        if variant.fusion_nodes:
+            kept = ", ".join(f"`{_op_of(variant, n)}`" for n in variant.fusion_nodes)
+            lines[-1] += f" Keeping the result of {kept} alone is enough to change them."
+    own = variant.own_divergence.get(root.comparison.target, "")
+    if own is None:
+        lines.append("Run one at a time on CPU's inputs, no operation has an error of its own "
+                     "beyond the bound: what differs is carried from earlier ones.")  # fmt: skip
+    elif own:
+        lines.append(f"Run one at a time on CPU's inputs, `{_op_of(variant, own)}` is the first "
+                     "whose own error is beyond the bound.")  # fmt: skip
+    return lines
+
+
+def _op_of(variant: VariantResult, tensor: str) -> str:
+    """A recorded result by its op (and the user's line), as the stages described it."""
+    for stage in variant.stages:
+        if info := stage.described.get(tensor):
+            where = f"` at `{plain(info['source'])}" if info.get("source") else ""
+            return f"{info.get('op', tensor)}{where}"
+    return tensor
 
 
 def witnesses(c: Comparison, target: str, reference: str) -> Table | None:
@@ -227,7 +270,7 @@ def _finite(number: float | None) -> bool:
     return number is not None and math.isfinite(number)
 
 
-def _context(summary: RunSummary, first: VariantResult, shown: list[VariantResult]) -> tuple:
+def _context(summary: RunSummary, first: VariantResult) -> tuple[Text, ...]:
     lines = []
     if "program" in first.variant:
         lines.append("Found in a model: every operation of its program run on CPU, on "
@@ -244,12 +287,6 @@ def _context(summary: RunSummary, first: VariantResult, shown: list[VariantResul
     if graph is not None and graph.others:
         lines.append("The model differs independently elsewhere too, not in this repro: "
                      f"{'; '.join(graph.others)}.")  # fmt: skip
-    for other in shown[1 : MAX_OTHERS + 1]:
-        found = roots(other)
-        what = (
-            title(found[0], *_sides(other, found[0].comparison)) if found else other.outcome.value
-        )
-        lines.append(f"Also in this run, `{other.label}`: {what}.")
     return tuple(lines)
 
 

@@ -113,9 +113,10 @@ def _markdown(report: Report, budget: Budget) -> str:
 def _issue(report: Report, found: Issue) -> str:
     """The issue a maintainer reads, in pytorch/xla's bug template: its title first (for the
     title field), the bug with its values, the repro and its output, expected values."""
-    parts = [f"# {found.title}", "", f"## {BUG_HEADING}", "", *_paragraphs(found.bug)]
-    if found.witnesses is not None:
+    parts = [f"# {found.title}", "", f"## {BUG_HEADING}", "", *_paragraphs(found.bug[:1])]
+    if found.witnesses is not None:  # the values first, then how far to trust the verdict
         parts += [*table(found.witnesses), ""]
+    parts += _paragraphs(found.bug[1:])
     if found.others:
         parts += ["Other differences of the same program, each born where its inputs agree:", ""]
         parts += [*(f"- {line}" for line in found.others), ""]

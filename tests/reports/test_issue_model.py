@@ -1,0 +1,81 @@
+"""The issue report's words, from records made by hand (no stage runs): a title from the root's
+op, dtype and values; the verdict's trust said without stage names; NaN and infinities as
+words; one report per problem, a run of several keeping each variant's."""
+
+from __future__ import annotations
+
+import math
+
+from reprokit.records import (
+    Comparison,
+    Outcome,
+    RunSummary,
+    StageResult,
+    Status,
+    VariantResult,
+    Worst,
+)
+from reprokit.records.environment import Environment
+from reprokit.reports import build_report
+from reprokit.reports.markdown import markdown
+
+SAID = {
+    "node.0000.linear": {"op": "aten.linear.default", "inputs": [], "source": "m.py:3: y = f(x)"},
+    "node.0001.relu": {"op": "aten.relu.default", "inputs": ["node.0000.linear"],
+                       "source": "m.py:4: y = y.relu()", "outputs": ["output.0"]},
+}  # fmt: skip
+
+
+def compared(name: str, close: bool, **extra) -> Comparison:
+    fields = dict(tensor=name, reference="cpu", target="xla", shape=(4,), dtype="float16",
+                  max_abs=0.0 if close else 1.0, max_rel=0.0, mismatched=0 if close else 4,
+                  total=4, allclose=close, method="fp64", errors=(1e-4, 1e-4 if close else 0.5),
+                  bound=3e-4)  # fmt: skip
+    return Comparison(**(fields | extra))
+
+
+def relu_bug(label: str = "m", **extra) -> VariantResult:
+    worst = (Worst((2,), math.nan, 1.5, 1.5007), Worst((0,), math.inf, 2.0, 2.0))
+    comparisons = (compared("node.0000.linear", True),
+                   compared("node.0001.relu", False, worst=worst, nan=(0, 1), inf=(0, 1)),
+                   compared("output.0", False))  # fmt: skip
+    stages = (StageResult("cpu", "cpu", Status.OK),
+              StageResult("xla", "xla", Status.OK, described=SAID))  # fmt: skip
+    fields = dict(case=label, label=label, variant={"program": "m.pt2"},
+                  outcome=Outcome.MISMATCH, expected=Outcome.MATCH, seconds=1.0, stages=stages,
+                  comparisons=comparisons, first_divergence={"xla": "node.0001.relu"})  # fmt: skip
+    return VariantResult(**(fields | extra))
+
+
+def report_of(*variants: VariantResult, tmp_path) -> str:
+    summary = RunSummary(started="", finished="", env=Environment(python="3.11"),
+                         variants=variants)  # fmt: skip
+    return markdown(build_report(summary, tmp_path))
+
+
+def test_the_title_and_the_table_say_nan_and_inf_with_the_values_cpu_and_float64_give(tmp_path):
+    text = report_of(relu_bug(), tmp_path=tmp_path)
+    assert text.startswith("# float16 `aten.relu.default` on XLA returns NaN where CPU and "
+                           "float64 give 1.5\n")  # fmt: skip
+    assert "1 is NaN on XLA (none on CPU); 1 is inf on XLA (none on CPU)" in text
+    assert "| `[2]` | 1.5 | **NaN** | 1.5007 |" in text and "| `[0]` | 2 | **inf** | 2 |" in text
+    assert "It reaches the program's output `output.0`." in text
+    assert "Not run on a TPU or a GPU" in text
+
+
+def test_the_verdicts_trust_is_said_in_the_issues_words(tmp_path):
+    bug = relu_bug(triage="persists", own_divergence={"xla": "node.0001.relu"},
+                   fusion_sensitive=True, fusion_nodes=("node.0000.linear",),
+                   fusion=(compared("output.0", False, target="xla_faithful"),))  # fmt: skip
+    text = report_of(bug, tmp_path=tmp_path)
+    assert "Run again more precisely, the mismatch persists at highest matmul precision" in text
+    assert "sensitive to fusion" in text and "(`output.0`)" in text
+    assert "Keeping the result of `aten.linear.default` at `m.py:3: y = f(x)` alone" in text
+    assert ("Run one at a time on CPU's inputs, `aten.relu.default` at `m.py:4: y = y.relu()` "
+            "is the first whose own error is beyond the bound.") in text  # fmt: skip
+    assert "xla_faithful" not in text and "node.0" not in text
+
+
+def test_a_run_of_two_problems_keeps_each_variants_report(tmp_path):
+    text = report_of(relu_bug("a"), relu_bug("b"), tmp_path=tmp_path)
+    assert text.startswith("## 🐛 Bug") and "`a`" in text and "`b`" in text
