@@ -139,12 +139,13 @@ def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], fo
     names = {n for s in pairs for n in (s.name, s.reference, judges[s.name]) if n}
     tensors = {n: file_digest(folder / "stages" / n / "tensors.pt") for n in sorted(names)}
     how = [[s.name, s.reference, judges[s.name], s.role, s.of] for s in pairs]
-    return Store.key(_comparing_code(), tensors, how, variant.tolerances, versions())
+    return Store.key(comparing_code(), tensors, how, variant.tolerances, versions())
 
 
 @functools.cache
-def _comparing_code() -> dict[str, str | None]:
+def comparing_code() -> dict[str, str | None]:
     """The comparison code's files, hashed once a process: the code this run compares with
-    (its warm servers start with the run)."""
+    (its warm servers start with the run). A cached verdict is keyed by it, here and in the
+    minimizer's cache: a fix to the comparison is not hidden by results judged before it."""
     comparing = ("pairs.py", "trust.py", "tensors.py", "checkpoints.py", "reading.py", "formats.py")
     return {name: file_digest(Path(__file__).parent / name) for name in comparing}

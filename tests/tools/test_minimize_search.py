@@ -135,3 +135,13 @@ def test_the_cache_key_names_the_interpreter():
         script, options, six
     )
     assert Cache.key(script, Options(python="/other/python")) != own
+
+
+def test_the_cache_key_names_the_code_that_judged(monkeypatch):
+    """A candidate judged before a fix to the comparison (an inf - inf error, say) is judged
+    again: the minimizer's cache served the old verdict to the report."""
+    import reprokit.tools.minimize.cache as cache
+
+    before = Cache.key("print()", Options())
+    monkeypatch.setattr(cache, "comparing_code", lambda: {"tensors.py": "fixed"})
+    assert Cache.key("print()", Options()) != before

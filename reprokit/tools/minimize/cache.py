@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from reprokit.comparison.verdict import comparing_code
 from reprokit.environment.machine import versions
 from reprokit.environment.uv import digest
 from reprokit.infra.caching import Store
@@ -23,12 +24,13 @@ class Cache:
     @staticmethod
     def key(script: str, options: Options, env: EnvSpec | None = None) -> str:
         """The script, how it runs, and the interpreter that runs it: the variant's environment
-        (``[envs]``, ``--env``) by its content address, else reprokit's own python."""
+        (``[envs]``, ``--env``) by its content address, else reprokit's own python; and the
+        code that judged it (a verdict from before a fix to the comparison is not reused)."""
         if env is not None:  # its requirements, for which python, from which index
             interpreter: object = {"env": digest(env)}
         else:
             interpreter = {"python": options.python, "version": sys.version, "packages": versions()}
-        environment = [options.xla_device, options.timeout, interpreter]
+        environment = [options.xla_device, options.timeout, interpreter, comparing_code()]
         text = script + json.dumps(environment, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
