@@ -9,7 +9,7 @@ from pathlib import Path
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
-from reprokit.reports.build import build_report, headline
+from reprokit.reports.build import build_report, headline, problems
 from reprokit.reports.bundle import write_bundle
 from reprokit.reports.markdown import BUNDLE, markdown
 from reprokit.reports.model import Issue
@@ -64,9 +64,9 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
 def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str | None:
     """`reprokit minimize` of the variant the issue is about, when its repro is the captured
     program's harness: the short repro is what a maintainer reads."""
-    if found is None or found.elsewhere is None or not summary.variants:
+    if found is None or found.elsewhere is None:
         return None
-    variant = next(v for v in summary.variants if v.passed is False or v.outcome.value != "match")
+    (variant,) = problems(summary)  # an issue is the report of a run's one problem
     case = run_dir / variant.label / CASE_FILE
     if "program" not in variant.variant or not case.is_file():
         return None
@@ -76,14 +76,12 @@ def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str |
 
 def _model_reports(summary: RunSummary, run_dir: Path, out_dir: Path, formats: str) -> list[Path]:
     """A sweep's model by model reports (reprokit.reports.sweep), in OUT_DIR/models/NAME/."""
-    from dataclasses import replace
-
     from reprokit.reports.sweep import model_summaries
 
     written = []
     public = {"run_dir": run_dir, "home": user_home(), "cwd": Path.cwd()}
     for folder, part in model_summaries(summary, run_dir):
-        report = replace(build_report(part, run_dir), sweep=())
+        report = build_report(part, run_dir, model=True)
         (out_dir / folder).mkdir(parents=True, exist_ok=True)
         if formats in ("md", "all"):
             text = public_paths(markdown(report), **public)

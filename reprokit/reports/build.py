@@ -97,9 +97,11 @@ def checks(variants: tuple[VariantResult, ...]) -> tuple[Text, ...]:
     return tuple(lines)
 
 
-def build_report(summary: RunSummary, run_dir: Path) -> Report:
-    """The report of ``summary``, whose run folder ``run_dir`` holds the scripts to inline."""
+def build_report(summary: RunSummary, run_dir: Path, *, model: bool = False) -> Report:
+    """The report of ``summary``, whose run folder ``run_dir`` holds the scripts to inline;
+    ``model``: one model's part of a sweep (its own report: no sweep table, its issue)."""
     shown = problems(summary)
+    sweep = () if model else sweep_tables(summary, run_dir)
     return Report(
         headline=headline(summary),
         bug=bug(shown[0], minimized=summary.minimized is not None) if shown else None,
@@ -115,7 +117,7 @@ def build_report(summary: RunSummary, run_dir: Path) -> Report:
         checks=checks(summary.variants),
         noted=tuple(evidence(v, run_dir) for v in noted(summary)[:MAX_FIGURES]),
         xla=xla_table(results_order(summary.variants)),
-        sweep=(sweep := sweep_tables(summary, run_dir)),
+        sweep=sweep,
         issue=None if sweep else issue(summary, run_dir, shown),  # a sweep: its table first
     )
 

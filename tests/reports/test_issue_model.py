@@ -79,3 +79,15 @@ def test_the_verdicts_trust_is_said_in_the_issues_words(tmp_path):
 def test_a_run_of_two_problems_keeps_each_variants_report(tmp_path):
     text = report_of(relu_bug("a"), relu_bug("b"), tmp_path=tmp_path)
     assert text.startswith("## 🐛 Bug") and "`a`" in text and "`b`" in text
+
+
+def test_a_tensor_judged_by_float64_alone_is_not_said_to_have_no_element_differ(tmp_path):
+    """DeBERTa's bf16 softmax: every element within allclose of CPU's, its RMSE against float64
+    3.6x CPU's; the report read "0 of 512 elements differ from CPU's"."""
+    quiet = compared(
+        "node.0001.relu", False, mismatched=0, worst=(Worst((1,), 0.062, 0.063, 0.0628),)
+    )
+    bug = relu_bug(comparisons=(compared("node.0000.linear", True), quiet))
+    text = report_of(bug, tmp_path=tmp_path)
+    assert "0 of 4" not in text
+    assert "each element is within rtol=0, atol=0 of CPU's, but the whole is farther" in text
