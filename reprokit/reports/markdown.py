@@ -132,10 +132,7 @@ def _issue(report: Report, found: Issue) -> str:
     parts += ["## Environment", "", *_environment(report.environment), ""]
     parts += [found.not_run, ""] if found.not_run else []
     parts += ["## Additional context", "", *_paragraphs(found.context)]
-    parts.append(
-        f"Attached: `{BUNDLE}` (the scripts, their logs and results, the environment; "
-        "report.html: every result compared)."
-    )
+    parts.append(f"Attached: `{BUNDLE}` (the scripts, their logs and results, the environment).")
     return "\n".join(parts) + "\n"
 
 
