@@ -175,7 +175,9 @@ def write(
     target = graph.target if graph else None
     write_out(out_dir, record, kept, minimal, target, write_scripts)
     if stopped != "interrupted" and kept is not None:  # its output, for the report to show
-        keep_output([out_dir, out_dir / minimal.label], runner.options, out_dir / "candidates")
+        written = functools.partial(short.write, script=pasted, stored_values=pasted_stored)
+        keep_output(written, [out_dir, out_dir / minimal.label], runner.options,
+                    out_dir / "candidates")  # fmt: skip
     return record
 
 

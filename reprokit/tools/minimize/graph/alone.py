@@ -6,7 +6,6 @@ device set. minimize checks a candidate repro by it, and keeps the written repro
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -57,17 +56,12 @@ def run_alone(write: Callable[[Path], None], options: Options, folder: Path) -> 
     return Ran(done.returncode, done.stdout, done.stderr)
 
 
-def keep_output(folders: list[Path], options: Options, scratch: Path) -> None:
-    """Run the written repro.py of ``folders[0]`` alone and write its transcript as
-    repro.out into each folder."""
-    source = folders[0]
-
-    def copy(where: Path) -> None:
-        for name in ("repro.py", "inputs.pt"):
-            if (source / name).is_file():
-                shutil.copy(source / name, where / name)
-
-    text = run_alone(copy, options, scratch).transcript(options.xla_device)
+def keep_output(
+    write: Callable[[Path], None], folders: list[Path], options: Options, scratch: Path
+) -> None:
+    """Run the repro ``write`` puts into a folder alone and write its transcript as repro.out
+    into each of ``folders`` (those it was written to)."""
+    text = run_alone(write, options, scratch).transcript(options.xla_device)
     for folder in folders:
         (folder / OUTPUT).write_text(text, encoding="utf-8")
 
