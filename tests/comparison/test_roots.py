@@ -4,6 +4,8 @@ is kept, last."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from reprokit.comparison.roots import roots
 from reprokit.records import Comparison, Outcome, StageResult, Status, VariantResult
 
@@ -46,3 +48,19 @@ def test_without_recorded_inputs_the_first_divergence_is_the_one_root_known():
     said = {"node.0000.a": {"op": "aten.a"}, "node.0001.b": {"op": "aten.b"}}
     found = roots(variant(said, {"node.0001.b", "output.0"}, [*said, "output.0"]))
     assert [(r.comparison.tensor, r.reaches) for r in found] == [("node.0001.b", None)]
+
+
+def test_minimize_names_every_root_but_the_first_divergence_it_keeps():
+    """The kept divergence reaches no output, so roots() lists it last: taking the list's
+    tail as 'the others' named the kept one and hid the other."""
+    from reprokit.tools.minimize.graph import others
+
+    said = {
+        "node.0000.sink": {"op": "aten.sum.default", "inputs": []},
+        "node.0001.up": {"op": "aten.upsample_bilinear2d.vec", "inputs": [],
+                         "outputs": ["output.0"]},
+    }  # fmt: skip
+    found = variant(said, {*said, "output.0"}, [*said, "output.0"])
+    found = replace(found, first_divergence={"xla": "node.0000.sink"})
+    (other,) = others(found)
+    assert other.startswith("`aten.upsample_bilinear2d.vec`") and "output.0" in other

@@ -30,7 +30,7 @@ from reprokit.comparison.roots import roots, said
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
-from reprokit.records import MinimizeResult, Outcome
+from reprokit.records import MinimizeResult, Outcome, VariantResult
 from reprokit.records.minimize import GraphShrink, Step
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted
@@ -82,7 +82,7 @@ def minimize_graph(
 
     def work() -> None:
         searches.graph = graph = baseline(programs, runner)
-        searches.others = tuple(said(r) for r in roots(graph.best_result)[1:])  # not kept
+        searches.others = others(graph.best_result)
         fixpoint(graph, strategies(programs.original, truncation=truncate))
         searches.params = params = Search(
             runner, graph.target, programs.params(graph.best), graph.best_result,
@@ -101,6 +101,13 @@ class _Searches:
     graph: Search[State] | None = None
     params: Search[dict[str, Any]] | None = None
     others: tuple[str, ...] = ()  # the program's other independent divergences
+
+
+def others(result: VariantResult) -> tuple[str, ...]:
+    """The program's roots but the first divergence the search keeps: roots() puts those
+    that reach an output first, so the kept one need not be the first of the list."""
+    kept = set(result.first_divergence.values())
+    return tuple(said(r) for r in roots(result) if r.comparison.tensor not in kept)
 
 
 def baseline(programs: Programs, runner: Runner) -> Search[State]:
