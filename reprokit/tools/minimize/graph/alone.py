@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,12 +38,19 @@ class Ran:
         return "\n".join([*lines, ended]) + "\n"
 
 
-def run_alone(write: Callable[[Path], None], options: Options, folder: Path) -> Ran:
+def run_alone(
+    write: Callable[[Path], None],
+    options: Options,
+    folder: Path,
+    *,
+    extra: Mapping[str, str] | None = None,
+) -> Ran:
     """``write`` puts repro.py (and its inputs.pt) into a fresh folder under ``folder``; run
-    it there with XLA as the stages get it and nothing else of this environment."""
+    it there with XLA as the stages get it and nothing else of this environment (but
+    ``extra``: whose.py sets XLA_FLAGS)."""
     folder.mkdir(parents=True, exist_ok=True)
     kept = {k: os.environ[k] for k in ("PATH", "HOME", "TMPDIR") if k in os.environ}
-    env = stage_env("xla", options.xla_device, base=kept)
+    env = stage_env("xla", options.xla_device, base=kept) | dict(extra or {})
     with tempfile.TemporaryDirectory(dir=folder) as where:
         write(Path(where))
         try:
