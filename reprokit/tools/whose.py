@@ -18,11 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reprokit.records._json import from_json
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.graph.alone import Ran, run_alone
+
+if TYPE_CHECKING:  # minimize.graph's package imports torch: alone.py is imported when run
+    from reprokit.tools.minimize.graph.alone import Ran
 
 LOWERING = "torch_xla lowering"
 UNKNOWN = "unknown"
@@ -141,6 +143,8 @@ class _Tries:
         if dump:
             shutil.rmtree(self.dump, ignore_errors=True)
             flags = DUMP.format(self.dump)
+        from reprokit.tools.minimize.graph.alone import run_alone
+
         self.runs += 1
         ran = run_alone(self.write, self.options, self.scratch, extra={"XLA_FLAGS": flags})
         return _state(ran)
