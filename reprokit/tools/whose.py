@@ -40,6 +40,7 @@ BEFORE = ".before_optimizations.txt"
 PLUMBING = {"parameter", "tuple", "get-tuple-element", "constant", "copy", "bitcast"}
 
 SHOWS, GONE, FAILS = "shows", "gone", "fails"
+NEEDED_MAX = 3  # passes XLA:CPU may need, found at about log2(passes) + 1 runs each
 
 
 @dataclass(frozen=True)
@@ -85,14 +86,51 @@ def whose(repro: Callable[[Path], None] | Path, options: Options, scratch: Path)
             flags=ALL_OFF, hlo=_smallest(tries.dump.glob(f"*{BEFORE}")),
         )  # fmt: skip
     if state == FAILS:
-        return tries.done(UNKNOWN, f"With every XLA pass disabled the repro fails ({said}).")
+        return _needing(tries, _passes(tries.dump), said)
     return _bisect(tries, _passes(tries.dump))
 
 
-def _bisect(tries: _Tries, passes: tuple[str, ...]) -> Whose:
+def _needing(tries: _Tries, passes: tuple[str, ...], said: str) -> Whose:
+    """XLA:CPU cannot run the repro with every pass disabled (a dot of several contracting
+    dimensions needs ``dot_decomposer``, BatchNormTraining ``batchnorm_expander``): find the
+    passes it needs, each the first (in the order they run) whose enabling lets it run, by
+    binary search, then judge with those alone enabled. "unknown" when it still differs: the
+    lowering or a needed pass."""
+    needed: list[str] = []
+    while True:
+        rest = [name for name in passes if name not in needed]
+        state, _ = tries.run(_off(rest))
+        if state == GONE:
+            return _bisect(tries, tuple(rest), needed)
+        if state == SHOWS:
+            return tries.done(
+                UNKNOWN if needed else LOWERING,
+                f"XLA:CPU cannot run it with every pass disabled ({said}); with every pass "
+                f"that changed the module but {_names(needed)} disabled it still differs "
+                f"(`XLA_FLAGS={_off(rest)}`): torch_xla's lowering, unless "
+                f"{_names(needed)} {'are' if len(needed) > 1 else 'is'} at fault."
+                if needed else f"With every pass that changed the module disabled it still "
+                f"differs (every pass disabled, XLA:CPU fails: {said}).",
+                flags=_off(rest), hlo=_smallest(tries.dump.glob(f"*{BEFORE}")), passes=passes,
+            )  # fmt: skip
+        if len(needed) == NEEDED_MAX or not rest:
+            return tries.done(UNKNOWN, f"XLA:CPU cannot run it with every pass disabled "
+                              f"({said}), nor with only {_names(needed)} enabled.",
+                              passes=passes)  # fmt: skip
+        fails, runs = 0, len(rest)  # enabling rest[:fails] fails, rest[:runs] runs (the base)
+        while runs - fails > 1:
+            mid = (fails + runs) // 2
+            if tries.run(_off(rest[mid:]))[0] == FAILS:
+                fails = mid
+            else:
+                runs = mid
+        needed.append(rest[runs - 1])
+
+
+def _bisect(tries: _Tries, passes: tuple[str, ...], needed: Sequence[str] = ()) -> Whose:
     """Halve the passes that changed the module until one is left whose disabling alone takes
     the difference away: about log2(len(passes)) runs, twice that where the first half tried
-    is not it."""
+    is not it. ``needed``: passes left enabled, XLA:CPU cannot run without them."""
     left, seen = list(passes), []
     if not left:
         return tries.done(UNKNOWN, "It goes away with every XLA pass disabled, yet no pass "
@@ -113,7 +151,8 @@ def _bisect(tries: _Tries, passes: tuple[str, ...]) -> Whose:
     return tries.done(
         PASS + name,
         f"Goes away when XLA's `{name}` pass alone is disabled (`XLA_FLAGS={_off(left)}`), "
-        f"found by bisecting the {len(passes)} passes that changed the module; file with "
+        f"found by bisecting the {len(passes)} passes that changed the module"
+        f"{f' ({_names(needed)} kept: XLA:CPU needs it)' if needed else ''}; file with "
         f"openxla/xla, with the HLO module before `{name}`.",
         flags=_off(left), hlo=before, passes=passes,
         command=f"run_hlo_module --platform=cpu --reference_platform=interpreter "
@@ -179,6 +218,10 @@ def _state(ran: Ran) -> tuple[str, str]:
         return FAILS, "timed out"
     last = (ran.stderr.strip().splitlines() or ["no output"])[-1][:160]
     return FAILS, f"exit {ran.returncode}: {last}"
+
+
+def _names(passes: Sequence[str]) -> str:
+    return " and ".join(f"`{name}`" for name in passes)
 
 
 def _off(passes: Sequence[str]) -> str:

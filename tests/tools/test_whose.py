@@ -128,10 +128,18 @@ def test_passes_that_interact_are_unknown(tmp_path):
     assert found.runs == 4 and found.where == ""
 
 
-def test_xla_failing_without_its_passes_or_a_repro_that_does_not_show(tmp_path):
-    found = stand_in(tmp_path / "a", needed={"p1"}, all_off_fails=True)
-    assert found.label == UNKNOWN and "layout assignment is required" in found.evidence
-    quiet = whose(folder(tmp_path / "b", "print('agrees')\n"), Options(), tmp_path / "s")
+def test_passes_xla_cannot_run_without_are_found_and_kept(tmp_path):
+    found = stand_in(tmp_path / "a", needed={"p5"}, required={"p2"}, all_off_fails=True)
+    assert found.label == "XLA pass p5" and "(`p2` kept: XLA:CPU needs it)" in found.evidence
+    assert "p2" not in found.passes and found.flags == "--xla_disable_hlo_passes=p5"
+    lowering = stand_in(tmp_path / "b", required={"p2"}, all_off_fails=True)
+    assert lowering.label == UNKNOWN and "layout assignment is required" in lowering.evidence
+    assert "torch_xla's lowering, unless `p2` is at fault" in lowering.evidence
+    assert lowering.flags == "--xla_disable_hlo_passes=p1,p3,p4,p5,p6,p7,p8" and lowering.hlo
+
+
+def test_a_repro_that_does_not_show_is_unknown(tmp_path):
+    quiet = whose(folder(tmp_path, "print('agrees')\n"), Options(), tmp_path / "s")
     assert quiet.label == UNKNOWN and quiet.runs == 1 and "exit 0" in quiet.evidence
 
 
