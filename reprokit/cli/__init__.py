@@ -9,7 +9,7 @@ the commands that run stages (run, minimize, merge, bisect, wrap); commands.py t
 
 from __future__ import annotations
 
-from reprokit.cli import commands, running
+from reprokit.cli import commands, ops, running
 from reprokit.cli.app import app, main
 
 for _name, _command in (
@@ -25,6 +25,7 @@ for _name, _command in (
     ("bisect", running.bisect_),
     ("capture", commands.capture_),
     ("sweep", running.sweep_),
+    ("ops", ops.ops_),
 ):
     app.command(_name)(_command)
 app.command("wrap", context_settings=running.WRAP_SETTINGS)(running.wrap_)

@@ -9,6 +9,7 @@ from pathlib import Path
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
+from reprokit.reports import ops
 from reprokit.reports.build import build_report, headline, problems
 from reprokit.reports.bundle import write_bundle
 from reprokit.reports.markdown import BUNDLE, markdown
@@ -37,6 +38,8 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     """Write the asked-for reports (and always bundle.zip); return the summary and their paths."""
     if formats not in FORMATS:
         raise ReprokitError(f"unknown format {formats!r}", hint=f"Use one of {', '.join(FORMATS)}.")
+    if ops.is_ops_folder(run_dir) and not (Path(run_dir) / SUMMARY).is_file():
+        return ops.reports(run_dir, out_dir)  # a `reprokit ops` folder: its report.md
     summary = load(run_dir)
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

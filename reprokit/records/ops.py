@@ -1,0 +1,93 @@
+"""What ``reprokit ops`` writes: DIR/ops.json, every OpInfo sample's verdict on each backend,
+the skips with their reasons, and the divergences as groups (one per op, backend, kind and
+pass, with the dtypes it shows in, its smallest witness and its repro). Torch-free: reports
+read it without torch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from reprokit.records._json import from_json, write_json
+
+OPS = "ops.json"
+KINDS = ("value", "nan-inf", "dtype", "shape", "error", "crash", "hang")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One divergence: an op's results on one backend that differ from CPU's and float64's in
+    one way (``kind``), forward or backward, in ``dtypes``; its smallest sample (``witness``)
+    and the repro made of it (``repro``, relative to DIR; None where the sample has no source,
+    ``why_no_repro`` says why)."""
+
+    id: str  # the repro's name: repro_<id>.py
+    op: str  # the OpInfo name: nn.functional.softplus
+    variant: str  # OpInfo's variant_test_name, "" for none
+    backend: str
+    dtypes: tuple[str, ...]
+    kind: str  # one of KINDS
+    grad: bool
+    witness: dict[str, Any]  # dtype, edge, sample (its index), described, detail
+    samples: int  # how many samples show it
+    repro: str | None = None
+    reproduces_alone: bool | None = None  # the repro run alone showed it (None: not run)
+    alone_output: str = ""  # what the repro printed, run alone
+    why_no_repro: str = ""
+    owner: str = ""  # "torch": CPU itself far from float64 there
+    known: str = ""  # the report of docs/examples it matches
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"dtypes": list(self.dtypes)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Group:
+        return from_json(cls, data, dtypes=tuple)
+
+
+@dataclass(frozen=True)
+class OpsSweep:
+    """One sweep: what was asked, what ran, and what it found."""
+
+    argv: list[str]
+    versions: dict[str, str]
+    backends: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    grad: bool
+    edge: bool
+    seconds: float
+    interrupted: bool = False
+    ops: list[dict[str, Any]] = field(default_factory=list)  # op, variant, dtypes, counts, skip
+    skips: dict[str, int] = field(default_factory=dict)  # reason -> samples
+    platform: dict[str, Any] = field(default_factory=dict)  # subnormal flushing: count, ops
+    cpu_wrong: list[dict[str, Any]] = field(default_factory=list)  # torch's own kernel off
+    groups: tuple[Group, ...] = ()
+    records: list[dict[str, Any]] = field(default_factory=list)  # every sample's verdict
+    cached: int = 0  # tasks whose samples came from the results cache
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self) | {"backends": list(self.backends), "dtypes": list(self.dtypes)}
+        return data | {"groups": [g.to_json() for g in self.groups]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OpsSweep:
+        groups = tuple(Group.from_json(g) for g in data.get("groups", ()))
+        return replace(from_json(cls, data, backends=tuple, dtypes=tuple), groups=groups)
+
+    def counts(self) -> dict[str, int]:
+        """Samples by verdict."""
+        found: dict[str, int] = {}
+        for record in self.records:
+            found[record["verdict"]] = found.get(record["verdict"], 0) + 1
+        return found
+
+
+def write_ops(folder: Path, sweep: OpsSweep) -> Path:
+    return write_json(Path(folder) / OPS, sweep.to_json(), compact=True)
+
+
+def read_ops(folder: Path) -> OpsSweep:
+    return OpsSweep.from_json(json.loads((Path(folder) / OPS).read_text("utf-8")))

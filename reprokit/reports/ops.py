@@ -1,0 +1,172 @@
+"""report.md of a ``reprokit ops`` folder, rendered from its ops.json: the groups first (one row
+each: op, dtypes, pass, kind, the witness, its repro and whether it reproduces alone), then the
+counts per op family, the skips by reason, subnormal flushing as one class of the platform, and
+where CPU itself is far from float64."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reprokit.records import Reports, RunSummary
+from reprokit.records.ops import OPS, Group, OpsSweep, read_ops
+
+REPORT = "report.md"
+GROUP_ROWS = 400  # rows of the groups' table at most (a whole sweep's fit)
+
+
+def is_ops_folder(folder: Path) -> bool:
+    return (Path(folder) / OPS).is_file()
+
+
+def write_report(folder: Path, sweep: OpsSweep | None = None) -> Path:
+    """DIR/report.md from ``sweep`` (read from DIR/ops.json when not given)."""
+    sweep = sweep or read_ops(folder)
+    path = Path(folder) / REPORT
+    path.write_text(markdown(sweep), "utf-8")
+    return path
+
+
+def headline(sweep: OpsSweep) -> str:
+    counts = sweep.counts()
+    samples = sum(counts.values())
+    ops = sum(1 for o in sweep.ops if o["counts"])
+    alone = sum(1 for g in sweep.groups if g.reproduces_alone)
+    stopped = " (interrupted: what finished)" if sweep.interrupted else ""
+    return (
+        f"{len(sweep.groups)} groups of divergences on {', '.join(sweep.backends)} in "
+        f"{samples:,} samples of {ops} OpInfos{stopped}; {alone} reproduce alone"
+    )
+
+
+def markdown(sweep: OpsSweep) -> str:
+    lines = [f"# reprokit ops: {headline(sweep)}", ""]
+    versions = ", ".join(f"{k} {v}" for k, v in sweep.versions.items())
+    what = (
+        f"dtypes {', '.join(sweep.dtypes)}; {'forward and backward' if sweep.grad else 'forward'}"
+    )
+    lines += [
+        f"{what}{'; edge values' if sweep.edge else ''}; {versions}; "
+        f"{sweep.seconds:,.0f} s ({sweep.cached} tasks from the results cache).",
+        "",
+    ]
+    lines += _groups(sweep.groups) + _families(sweep) + _skips(sweep) + _platform(sweep)
+    lines += _cpu_wrong(sweep)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _groups(groups: tuple[Group, ...]) -> list[str]:
+    if not groups:
+        return ["## Groups", "", "No divergence.", ""]
+    lines = [
+        "## Groups",
+        "",
+        "| op | dtypes | pass | kind | witness | repro | alone | known |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for g in groups[:GROUP_ROWS]:
+        op = f"`{g.op}`" + (f" ({g.variant})" if g.variant else "")
+        op += " [torch]" if g.owner == "torch" else ""
+        w = g.witness
+        shapes = ", ".join((w.get("described") or {}).get("tensors", []))
+        edge = "edge " if w.get("edge") else ""
+        detail = _cell(w.get("detail") or "")
+        witness = f"{edge}sample {w.get('sample')}: {shapes}; {detail}"
+        repro = f"`{g.repro}`" if g.repro else _cell(g.why_no_repro or "none")
+        alone = {True: "yes", False: "no", None: "-"}[g.reproduces_alone]
+        passed = "backward" if g.grad else "forward"
+        lines.append(
+            f"| {op} | {', '.join(g.dtypes)} | {passed} | {g.kind} | {witness} | "
+            f"{repro} | {alone} | {g.known} |"
+        )
+    if len(groups) > GROUP_ROWS:
+        lines.append(f"\n{len(groups) - GROUP_ROWS} more groups in ops.json.")
+    return [*lines, ""]
+
+
+def family(op: str) -> str:
+    """An op's family, for the counts: its namespace (nn.functional, linalg, special, fft),
+    else the first word of its name."""
+    for prefix in ("nn.functional.", "linalg.", "special.", "fft.", "masked.", "_refs."):
+        if op.startswith(prefix):
+            return prefix.rstrip(".")
+    return "torch"
+
+
+def _families(sweep: OpsSweep) -> list[str]:
+    table: dict[str, dict[str, int]] = {}
+    for record in sweep.records:
+        row = table.setdefault(family(record["op"]), {})
+        row[record["verdict"]] = row.get(record["verdict"], 0) + 1
+    kinds: dict[str, dict[str, int]] = {}
+    for g in sweep.groups:
+        row = kinds.setdefault(family(g.op), {})
+        row[g.kind] = row.get(g.kind, 0) + 1
+    verdicts = ("match", "differs", "skip", "platform", "cpu_wrong")
+    lines = [
+        "## Per op family",
+        "",
+        "| family | " + " | ".join(verdicts) + " | groups by kind |",
+        "| --- |" + " --- |" * (len(verdicts) + 1),
+    ]
+    for name in sorted(table):
+        row = table[name]
+        by_kind = ", ".join(f"{k} {n}" for k, n in sorted(kinds.get(name, {}).items()))
+        lines.append(
+            f"| {name} | " + " | ".join(f"{row.get(v, 0):,}" for v in verdicts) + f" | {by_kind} |"
+        )
+    return [*lines, ""]
+
+
+def _skips(sweep: OpsSweep) -> list[str]:
+    if not sweep.skips:
+        return []
+    lines = ["## Not compared, by reason", "", "| reason | count |", "| --- | --- |"]
+    lines += [f"| {_cell(reason)} | {count:,} |" for reason, count in sweep.skips.items()]
+    return [*lines, ""]
+
+
+def _platform(sweep: OpsSweep) -> list[str]:
+    flushed = sweep.platform.get("subnormal flushing")
+    if not flushed:
+        return []
+    ops = ", ".join(f"`{o}`" for o in flushed["ops"][:60])
+    more = f" and {len(flushed['ops']) - 60} more" if len(flushed["ops"]) > 60 else ""
+    return [
+        "## Subnormal flushing (the platform, once)",
+        "",
+        f"XLA:CPU flushes subnormal inputs and results to zero: {flushed['samples']:,} "
+        f"samples differ only so, in {len(flushed['ops'])} ops: {ops}{more}.",
+        "",
+    ]
+
+
+def _cpu_wrong(sweep: OpsSweep) -> list[str]:
+    if not sweep.cpu_wrong:
+        return []
+    lines = [
+        "## Where CPU is the one far from float64 (torch's kernel, not XLA's)",
+        "",
+        "| op | dtype | pass | samples | example |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for e in sweep.cpu_wrong:
+        op = f"`{e['op']}`" + (f" ({e['variant']})" if e["variant"] else "")
+        passed = "backward" if e["grad"] else "forward"
+        lines.append(f"| {op} | {e['dtype']} | {passed} | {e['samples']} | {_cell(e['detail'])} |")
+    return [*lines, ""]
+
+
+def _cell(text: str) -> str:
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+def reports(folder: Path, out_dir: Path | None = None) -> Reports:
+    """What ``reprokit report DIR`` gives for an ops folder: its report.md (in ``out_dir``)."""
+    sweep = read_ops(folder)
+    target = Path(out_dir or folder)
+    target.mkdir(parents=True, exist_ok=True)
+    path = target / REPORT
+    path.write_text(markdown(sweep), "utf-8")
+    summary = RunSummary(started="", argv=tuple(sweep.argv), interrupted=sweep.interrupted)
+    return Reports(summary, (path,), title=headline(sweep))

@@ -1,0 +1,401 @@
+"""``reprokit ops``: a differential sweep of torch's OpInfo database on XLA, every sample judged
+against float64 relative to CPU's own error; each divergence one group with its smallest
+witness and a repro that is run alone. docs/ops.md says what it covers and what it skips.
+
+The harness stays torch-free: the OpInfos are listed, and every sample run and judged, in the
+workers (pool.py, worker.py); here are the results cache (one entry per task: an op in a dtype,
+forward or backward, OpInfo's or the edge samples), the groups and the report.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from reprokit.errors import ReprokitError
+from reprokit.infra.caching import Store, file_digest
+from reprokit.records.ops import OpsSweep, write_ops
+from reprokit.reports.ops import write_report
+from reprokit.runner.options import Options
+from reprokit.tools.ops import groups as grouping
+from reprokit.tools.ops.pool import Pool, Task
+
+DTYPES = ("float32", "bfloat16", "float16")
+ALL_DTYPES = ("float32", "bfloat16", "float16", "int32", "int64", "bool")
+BACKENDS = ("xla",)  # torchax: not in torch_xla's environment (docs/ops.md)
+SAMPLE_TIMEOUT = 30.0  # seconds one sample may take before its worker is killed: a hang
+HERE = Path(__file__).parent
+# What a task's verdicts depend on besides torch's and torch_xla's releases
+SOURCES = [
+    HERE / "worker.py",
+    HERE / "judge.py",
+    HERE / "samples.py",
+    HERE.parent.parent / "comparison" / "tensors.py",
+]
+WITNESS = "ops-witness"  # the cache's folder of the witnesses' large tensors
+
+
+class Interrupted(Exception):
+    """The sweep was stopped; ``sweep`` holds what finished (also written to the folder)."""
+
+    def __init__(self, sweep: OpsSweep) -> None:
+        super().__init__("interrupted")
+        self.sweep = sweep
+
+
+@dataclass(frozen=True)
+class Progress:
+    tasks_done: int
+    tasks: int
+    samples: int
+    seconds: float
+
+    def eta(self) -> float | None:
+        if not self.tasks_done or self.tasks_done >= self.tasks:
+            return None
+        return self.seconds / self.tasks_done * (self.tasks - self.tasks_done)
+
+
+def sweep_ops(
+    names: list[str],
+    *,
+    out_dir: Path,
+    dtypes: tuple[str, ...] = DTYPES,
+    grad: bool = False,
+    edge: bool = False,
+    backends: tuple[str, ...] = BACKENDS,
+    options: Options | None = None,
+    cache: bool = True,
+    timeout: float = SAMPLE_TIMEOUT,
+    argv: list[str] | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> OpsSweep:
+    """Sweep the OpInfos ``names`` (all of them when empty) into ``out_dir``: ops.json,
+    report.md and a repro per group. Raises :class:`Interrupted` (with what finished) on
+    KeyboardInterrupt, ReprokitError on bad input."""
+    options = options or Options()
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise ReprokitError(f"backend {unknown[0]!r} is not swept", hint=_TORCHAX)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    begun = time.monotonic()
+    versions = _versions()
+    stop = threading.Event()
+    scratch = out_dir / ".workers"
+    shutil.rmtree(scratch, ignore_errors=True)
+    witness = Store(WITNESS).folder
+    pool = Pool(options, scratch, witness, timeout=timeout, stop=stop)
+    records: list[dict[str, Any]] = []
+    cached = 0
+    try:
+        listing = _listing(pool, names, dtypes, grad, versions, cache=cache)
+        tasks = _tasks(listing, backends, grad=grad, edge=edge)
+        store, code = Store("ops"), _code_digest()
+        pending, total, done_count = [], len(tasks), 0
+        for task in tasks:
+            hit = store.get_json(_key(task, versions, code)) if cache else None
+            if hit is None:
+                pending.append(task)
+            else:
+                records += _stamped(task, hit)
+                cached += 1
+        done_count = cached
+
+        def finished(task: Task, found: list[dict[str, Any]]) -> None:
+            nonlocal done_count
+            store.put_json(_key(task, versions, code), found)
+            records.extend(_stamped(task, found))
+            done_count += 1
+            if progress:
+                progress(Progress(done_count, total, len(records), time.monotonic() - begun))
+
+        if progress:
+            progress(Progress(done_count, total, len(records), time.monotonic() - begun))
+        try:
+            pool.run(pending, finished)
+        except KeyboardInterrupt:
+            stop.set()
+            pool.close()
+            swept = _finish(
+                listing,
+                records,
+                out_dir,
+                witness,
+                options,
+                versions,
+                argv,
+                dtypes,
+                backends,
+                grad,
+                edge,
+                begun,
+                cached,
+                interrupted=True,
+            )
+            raise Interrupted(swept) from None
+        return _finish(
+            listing,
+            records,
+            out_dir,
+            witness,
+            options,
+            versions,
+            argv,
+            dtypes,
+            backends,
+            grad,
+            edge,
+            begun,
+            cached,
+            interrupted=False,
+        )
+    finally:
+        pool.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+_TORCHAX = (
+    "Only xla is swept: torchax needs JAX, which is not in torch_xla's environment (torch_xla "
+    "2.9 bundles torchax 0.0.6 and no jax); see docs/ops.md."
+)
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in ("torch", "torch_xla", "expecttest"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "missing"
+    if found["expecttest"] == "missing":
+        raise ReprokitError(
+            "expecttest is not installed: torch's OpInfo database needs it",
+            hint="pip install expecttest (reprokit's `test` extra has it)",
+        )
+    return found
+
+
+def _code_digest() -> list[str | None]:
+    return [file_digest(path) for path in SOURCES]
+
+
+def _key(task: Task, versions: dict[str, str], code: list[str | None]) -> str:
+    return Store.key(task.to_json(), versions, code)
+
+
+def _listing(
+    pool: Pool,
+    names: list[str],
+    dtypes: tuple[str, ...],
+    grad: bool,
+    versions: dict,
+    *,
+    cache: bool,
+) -> dict[str, Any]:
+    """The OpInfos asked for, listed by a worker (cached: the list of an unchanged torch)."""
+    request = {"names": list(names), "dtypes": list(dtypes), "grad": grad}
+    store = Store("ops-listing")
+    key = store.key(request, versions, _code_digest())
+    found = store.get_json(key) if cache else None
+    if found is None:
+        found = pool.listing(request)
+        store.put_json(key, found)
+    if found["unknown"]:
+        raise ReprokitError(
+            f"no OpInfo named {', '.join(map(repr, found['unknown']))}",
+            hint="Give OpInfo names as torch spells them: nn.functional.softplus, mean, "
+            "linalg.vector_norm (`reprokit ops --all` sweeps every one).",
+        )
+    return found
+
+
+def _tasks(
+    listing: dict[str, Any], backends: tuple[str, ...], *, grad: bool, edge: bool
+) -> list[Task]:
+    tasks = []
+    for entry in listing["ops"]:
+        if entry["skip"]:
+            continue
+        for backend in backends:
+            passes = [(False, entry["dtypes"])] + ([(True, entry["grad_dtypes"])] if grad else [])
+            for backward, dtypes in passes:
+                for dtype in dtypes:
+                    for with_edge in (False, True) if edge else (False,):
+                        tasks.append(
+                            Task(entry["op"], entry["variant"], dtype, backend, backward, with_edge)
+                        )
+    return tasks
+
+
+def _stamped(task: Task, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    stamp = {
+        "op": task.op,
+        "variant": task.variant,
+        "dtype": task.dtype,
+        "backend": task.backend,
+        "grad": task.grad,
+        "edge": task.edge,
+    }
+    return [stamp | r for r in found]
+
+
+def _finish(
+    listing: dict[str, Any],
+    records: list[dict[str, Any]],
+    out_dir: Path,
+    witness: Path,
+    options: Options,
+    versions: dict[str, str],
+    argv: list[str] | None,
+    dtypes: tuple[str, ...],
+    backends: tuple[str, ...],
+    grad: bool,
+    edge: bool,
+    begun: float,
+    cached: int,
+    *,
+    interrupted: bool,
+) -> OpsSweep:
+    """Groups, repros checked alone, ops.json and report.md."""
+    found = grouping.build(records)
+    codes = _codes(records, found)
+    calls = {(e["op"], e["variant"]): e["call"] for e in listing["ops"]}
+    for old in out_dir.glob("repro_*"):
+        old.unlink()
+    found = grouping.write_repros(found, codes, calls, out_dir, witness)
+    if not interrupted:
+        found = grouping.check_alone(found, out_dir, options, versions)
+    sweep = OpsSweep(
+        argv=list(argv or []),
+        versions=versions,
+        backends=backends,
+        dtypes=dtypes,
+        grad=grad,
+        edge=edge,
+        seconds=round(time.monotonic() - begun, 1),
+        interrupted=interrupted,
+        ops=_per_op(listing, records),
+        skips=_skips(listing, records),
+        platform=_platform(records),
+        cpu_wrong=_cpu_wrong(records),
+        groups=tuple(found),
+        records=[_compact(r) for r in records],
+        cached=cached,
+    )
+    write_ops(out_dir, sweep)
+    write_report(out_dir, sweep)
+    return replace(sweep)
+
+
+def _codes(records: list[dict[str, Any]], found: list) -> dict[str, dict[str, Any]]:
+    """Each group's witness's source (with the result it judged: ``leaf``)."""
+    by_key = {}
+    for group in found:
+        w = group.witness
+        for r in records:
+            same = (
+                r["op"],
+                r["variant"],
+                r["backend"],
+                r["kind"] if "kind" in r else None,
+                r["grad"],
+                r["dtype"],
+                r["edge"],
+                r["sample"],
+            )
+            if r["verdict"] == "differs" and same == (
+                group.op,
+                group.variant,
+                group.backend,
+                group.kind,
+                group.grad,
+                w["dtype"],
+                w["edge"],
+                w["sample"],
+            ):
+                by_key[group.id] = dict(r.get("code") or {}) | {"leaf": r.get("leaf", 0)}
+                break
+    return by_key
+
+
+def _per_op(listing: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for r in records:
+        entry = counts.setdefault((r["op"], r["variant"]), {})
+        entry[r["verdict"]] = entry.get(r["verdict"], 0) + 1
+    return [
+        {
+            "op": e["op"],
+            "variant": e["variant"],
+            "dtypes": e["dtypes"],
+            "skip": e["skip"],
+            "counts": counts.get((e["op"], e["variant"]), {}),
+        }
+        for e in listing["ops"]
+    ]
+
+
+def reason_class(reason: str) -> str:
+    """A skip's reason without its particulars: ``CPU fallback (aten::nonzero)`` counts as
+    ``CPU fallback``."""
+    return reason.split(" (")[0].split(":")[0].strip()
+
+
+def _skips(listing: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for e in listing["ops"]:
+        if e["skip"]:
+            label = f"op not run: {e['skip']}"
+            found[label] = found.get(label, 0) + 1
+        elif not e["dtypes"]:
+            found["op not run: none of the dtypes asked for"] = (
+                found.get("op not run: none of the dtypes asked for", 0) + 1
+            )
+    for r in records:
+        if r["verdict"] == "skip":
+            label = reason_class(r.get("reason", ""))
+            found[label] = found.get(label, 0) + 1
+        elif r.get("ties"):
+            found["index ties: values compared"] = found.get("index ties: values compared", 0) + 1
+    return dict(sorted(found.items(), key=lambda kv: -kv[1]))
+
+
+def _platform(records: list[dict[str, Any]]) -> dict[str, Any]:
+    flushed = [r for r in records if r["verdict"] == "platform"]
+    ops = sorted({r["op"] for r in flushed})
+    return {"subnormal flushing": {"samples": len(flushed), "ops": ops}} if flushed else {}
+
+
+def _cpu_wrong(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        if r["verdict"] == "cpu_wrong":
+            key = (r["op"], r["variant"], r["dtype"], r["grad"])
+            entry = found.setdefault(
+                key,
+                {
+                    "op": r["op"],
+                    "variant": r["variant"],
+                    "dtype": r["dtype"],
+                    "grad": r["grad"],
+                    "samples": 0,
+                    "detail": r.get("detail", ""),
+                },
+            )
+            entry["samples"] += 1
+    return list(found.values())
+
+
+def _compact(record: dict[str, Any]) -> dict[str, Any]:
+    """A sample's verdict as ops.json keeps it: the source of a sample only in its group."""
+    kept = {k: v for k, v in record.items() if k not in ("code", "seconds")}
+    if record["verdict"] == "match":
+        kept.pop("described", None)
+    return kept

@@ -1,0 +1,197 @@
+"""Divergences as groups, not rows: one per (op, variant, backend, kind, forward or backward),
+with the dtypes it shows in and its smallest witness; each group's repro written into the
+sweep's folder and run alone (minimize's ``alone``: ``python -I`` in a folder of its own,
+only PATH, HOME and XLA's device set), its answer cached. Torch-free."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from reprokit.infra.caching import Store, file_digest
+from reprokit.records.ops import Group
+from reprokit.runner.options import Options
+from reprokit.tools.minimize.graph.alone import run_alone
+from reprokit.tools.ops import repro
+
+DTYPE_ORDER = (
+    "float32",
+    "bfloat16",
+    "float16",
+    "float64",
+    "complex64",
+    "complex128",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+)
+ALONE_TIMEOUT = 180.0  # seconds a repro may take alone (a hang's is killed at that)
+# The reports of docs/examples that OpInfo groups can be: op -> (report, grad or None: either)
+KNOWN = {
+    "nn.functional.softplus": ("fp16_softplus_overflow.md", None),
+    "mean": ("fp16_mean_count.md", None),
+    "nn.functional.adaptive_avg_pool2d": ("fp16_mean_count.md", False),
+    "cumsum": ("cumsum_bool_int32.md", False),
+    "clamp": ("clamp_omitted_bound.md", False),
+    "linalg.vector_norm": ("fp16_vector_norm_overflow.md", None),
+    "nn.functional.normalize": ("fp16_vector_norm_overflow.md", None),
+    "addcmul": ("fp16_addcmul_adam.md", False),
+    "baddbmm": ("fp16_addcmul_adam.md", False),
+    "nn.functional.elu": ("elu_backward.md", True),
+    "nn.functional.celu": ("elu_backward.md", True),
+    "nn.functional.selu": ("elu_backward.md", True),
+    "nn.functional.gelu": ("fp16_gelu_tanh_backward.md", True),
+    "nn.functional.layer_norm": ("fp16_layer_norm_3658.md", False),
+}
+EMPTY_DIM = ("sum", "mean", "nansum", "amax", "amin", "std", "var", "prod", "logsumexp")
+
+
+def build(records: list[dict[str, Any]]) -> list[Group]:
+    """The groups of the sweep's ``differs`` records (each with op, variant, dtype, backend,
+    grad, edge), witnessed by the smallest sample that has source for its repro."""
+    keyed: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["verdict"] == "differs":
+            keyed.setdefault(
+                (r["op"], r["variant"], r["backend"], r["kind"], r["grad"]), []
+            ).append(r)
+    groups = []
+    for (op, variant, backend, kind, grad), found in sorted(keyed.items()):
+        witness = min(found, key=_smallest)
+        dtypes = sorted({r["dtype"] for r in found}, key=_dtype_rank)
+        owner = "torch" if any(r.get("owner") == "torch" for r in found if r is witness) else ""
+        group = Group(
+            id=_slug(op, variant, kind, grad, backend),
+            op=op,
+            variant=variant,
+            backend=backend,
+            dtypes=tuple(dtypes),
+            kind=kind,
+            grad=grad,
+            samples=len(found),
+            owner=owner,
+            witness={k: witness.get(k) for k in ("dtype", "edge", "sample", "described", "detail")},
+        )
+        groups.append(replace(group, known=_known(group, witness)))
+    return groups
+
+
+def _smallest(record: dict[str, Any]) -> tuple:
+    code = record.get("code") or {}
+    numel = (record.get("described") or {}).get("numel", 0)
+    return ("A" not in code, numel, _dtype_rank(record["dtype"]), record["edge"], record["sample"])
+
+
+def _dtype_rank(dtype: str) -> int:
+    return DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER)
+
+
+def _slug(op: str, variant: str, kind: str, grad: bool, backend: str) -> str:
+    parts = [
+        op,
+        variant,
+        kind.replace("-", ""),
+        "grad" if grad else "",
+        "" if backend == "xla" else backend,
+    ]
+    return re.sub(r"[^A-Za-z0-9]+", "_", "_".join(p for p in parts if p)).strip("_")
+
+
+def _known(group: Group, witness: dict[str, Any]) -> str:
+    """The report of docs/examples this group is (by op and pass; an empty dim list for the
+    reductions), or ""."""
+    kwargs = (witness.get("described") or {}).get("kwargs", {})
+    if group.op in EMPTY_DIM and kwargs.get("dim") in ("[]", "()"):
+        return "empty_dim_reductions.md"
+    found = KNOWN.get(group.op)
+    if found is None or (found[1] is not None and found[1] != group.grad):
+        return ""
+    half = {"float16", "bfloat16"} & set(group.dtypes)
+    if found[0].startswith("fp16") and not (half and group.kind in ("value", "nan-inf")):
+        return ""  # those reports are of half types' values
+    return found[0]
+
+
+def write_repros(
+    groups: list[Group],
+    by_group: dict[str, dict[str, Any]],
+    calls: dict[tuple, str | None],
+    out_dir: Path,
+    witness_dir: Path,
+) -> list[Group]:
+    """Each group's ``repro_<id>.py`` (and its .pt) in ``out_dir``; the groups with ``repro``
+    set, or ``why_no_repro``."""
+    written = []
+    for group in groups:
+        code = by_group.get(group.id) or {}
+        if "A" not in code:
+            why = code.get("unwritable", "no source of the witness sample")
+            written.append(replace(group, why_no_repro=why))
+            continue
+        saved = None
+        if code.get("saved"):
+            saved = f"repro_{group.id}.pt"
+            shutil.copyfile(witness_dir / code["saved"], out_dir / saved)
+        text = repro.repro_text(group, code, calls.get((group.op, group.variant)), saved)
+        name = f"repro_{group.id}.py"
+        (out_dir / name).write_text(text, "utf-8")
+        written.append(replace(group, repro=name))
+    return written
+
+
+def check_alone(
+    groups: list[Group], out_dir: Path, options: Options, versions: dict[str, str]
+) -> list[Group]:
+    """Each repro run alone (``jobs`` at a time), the answer cached by the script's bytes:
+    ``reproduces_alone`` and what it printed."""
+    store = Store("ops-alone")
+    scratch = out_dir / ".alone"
+    alone = replace(options, timeout=ALONE_TIMEOUT)
+
+    def check(group: Group) -> Group:
+        if group.repro is None:
+            return group
+        files = [out_dir / group.repro] + ([p] if (p := _pt(out_dir, group)).is_file() else [])
+        key = store.key([file_digest(f) for f in files], versions)
+        hit = store.get_json(key)
+        if hit is None:
+            ran = run_alone(lambda where: _copy(files, where), alone, scratch)
+            shows = (
+                ran.returncode is None
+                if group.kind == "hang"
+                else (
+                    ran.returncode is not None and ran.returncode < 0
+                    if group.kind == "crash"
+                    else ran.shows()
+                )
+            )
+            hit = {"shows": shows, "output": _transcript(ran, group.repro, options.xla_device)}
+            store.put_json(key, hit)
+        return replace(group, reproduces_alone=hit["shows"], alone_output=hit["output"])
+
+    with ThreadPoolExecutor(max(1, options.jobs)) as pool:
+        checked = list(pool.map(check, groups))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return checked
+
+
+def _pt(out_dir: Path, group: Group) -> Path:
+    return out_dir / f"repro_{group.id}.pt"
+
+
+def _copy(files: list[Path], where: Path) -> None:
+    """The repro as repro.py (alone runs that name), its .pt under its own name beside it."""
+    shutil.copyfile(files[0], where / "repro.py")
+    for extra in files[1:]:
+        shutil.copyfile(extra, where / extra.name)
+
+
+def _transcript(ran: Any, name: str, device: str) -> str:
+    return ran.transcript(device).replace("python repro.py", f"python {name}", 1)

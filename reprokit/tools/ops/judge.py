@@ -1,0 +1,378 @@
+"""One sample judged, in the worker: run on CPU, in float64 on CPU and on the backend, each of
+the backend's results judged by its error against float64 relative to CPU's own (the ``fp64``
+method of captured programs: :func:`reprokit.comparison.tensors.compare_tensor`), integers and
+bools exactly, shape and dtype first. What cannot be compared is a skip with its reason."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.testing._comparison import default_tolerances
+from torch.utils._pytree import tree_leaves, tree_map
+
+from reprokit.comparison.tensors import compare_tensor
+from reprokit.tools.ops.samples import FILLED
+
+# Ops whose integer results are indices chosen among equal values (any is right): with ties in
+# the input only their values are compared
+INDEX_OPS = {
+    "sort",
+    "argsort",
+    "msort",
+    "topk",
+    "mode",
+    "kthvalue",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "median",
+    "nanmedian",
+    "cummax",
+    "cummin",
+    "unique",
+    "unique_consecutive",
+}
+# Decompositions that are unique only up to signs or phases: any of them is right
+NOT_UNIQUE = {
+    "svd",
+    "linalg.svd",
+    "linalg.eig",
+    "linalg.eigh",
+    "pca_lowrank",
+    "svd_lowrank",
+    "linalg.svdvals_rank_restricted",
+    "linalg.qr",
+    "qr",
+    "geqrf",
+    "linalg.householder_product",
+    "linalg.eigvals",
+    "linalg.eigvalsh",
+}
+UNSIGNED = {torch.uint8, torch.uint16, torch.uint32, torch.uint64}
+
+
+class Skip(Exception):
+    """The sample cannot be compared; the message says why."""
+
+
+def move(sample: Any, device: str, *, f64: bool = False) -> tuple[Any, tuple, dict]:
+    """The sample's arguments on ``device`` (``f64``: floating tensors and dtypes in float64),
+    each tensor a new leaf that requires grad where the sample's did."""
+
+    def to(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            dtype = _wide(value.dtype) if f64 else value.dtype
+            return value.detach().to(device, dtype).requires_grad_(value.requires_grad)
+        if f64 and isinstance(value, torch.dtype):
+            return _wide(value)
+        return value
+
+    input_, args, kwargs = tree_map(to, (sample.input, tuple(sample.args), dict(sample.kwargs)))
+    if "device" in kwargs:  # a factory function's device
+        kwargs["device"] = device
+    return input_, args, kwargs
+
+
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    if dtype.is_complex:
+        return torch.complex128
+    return torch.float64 if dtype.is_floating_point else dtype
+
+
+def evaluate(
+    call: Callable, sample: Any, device: str, *, grad: bool, dtype: torch.dtype, f64: bool = False
+) -> list[Any]:
+    """The results (``grad``: the gradients of the sample's inputs that require grad, for a
+    fixed random cotangent) of ``call`` on the sample on ``device``, on CPU."""
+    input_, args, kwargs = move(sample, device, f64=f64)
+    torch.manual_seed(0)
+    out = call(input_, *args, **kwargs)
+    if grad:
+        ins = [t for t in tree_leaves((input_, args)) if _needs_grad(t)]
+        outs = [o for o in tree_leaves(out) if _needs_grad(o)]
+        if not ins or not outs:
+            raise Skip("no differentiable input or result")
+        cts = [cotangent(o, j, dtype) for j, o in enumerate(outs)]
+        out = torch.autograd.grad(outs, ins, cts, allow_unused=True)
+    return [_on_cpu(leaf) for leaf in tree_leaves(out)]
+
+
+def cotangent(out: torch.Tensor, j: int, dtype: torch.dtype) -> torch.Tensor:
+    """The j-th result's incoming gradient: the same values in every run (made in ``dtype``,
+    the sample's, then cast), as the repro makes it."""
+    made = torch.randn(out.shape, generator=torch.Generator().manual_seed(j))
+    return made.to(dtype).to(out)
+
+
+def _needs_grad(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.requires_grad
+
+
+def _on_cpu(leaf: Any) -> Any:
+    if isinstance(leaf, torch.Tensor):
+        return leaf.detach().cpu()
+    if isinstance(leaf, bool | int | float | complex):
+        return torch.tensor(leaf)
+    return leaf
+
+
+def judge(
+    op: Any, sample: Any, dtype: torch.dtype, device: str, *, grad: bool, fallbacks: Callable
+) -> dict[str, Any]:
+    """The verdict on one sample: ``match``, ``differs`` (with its kind), ``skip`` (with its
+    reason), ``platform`` (subnormal flushing) or ``cpu_wrong`` (the backend agrees with
+    float64, CPU does not: torch's kernel)."""
+    begun = time.monotonic()
+    try:
+        found = _judge(op, sample, dtype, device, grad=grad, fallbacks=fallbacks)
+    except Skip as why:
+        found = {"verdict": "skip", "reason": str(why)}
+    return found | {"seconds": round(time.monotonic() - begun, 4)}
+
+
+def _judge(
+    op: Any, sample: Any, dtype: torch.dtype, device: str, *, grad: bool, fallbacks: Callable
+) -> dict[str, Any]:
+    if op.name in NOT_UNIQUE:
+        raise Skip("decomposition unique only up to signs or phases")
+    run = _runner(op, sample, dtype, grad=grad)
+    try:
+        cpu = run("cpu")
+    except Skip:
+        raise
+    except Exception as exc:
+        raise Skip(f"CPU raises {type(exc).__name__}") from None
+    torch.manual_seed(1)
+    if not _same_leaves(cpu, run("cpu", seed=1)):
+        raise Skip("random: CPU gives other values for another seed")
+    try:
+        ref = run("cpu", f64=True)
+    except Exception:
+        ref = None
+    try:
+        target = run(device)
+    except Exception as exc:
+        return {"verdict": "differs", "kind": "error", "detail": _first_line(exc)}
+    fell = fallbacks()
+    if fell:
+        raise Skip(f"CPU fallback ({', '.join(sorted(fell))})")
+    if len(target) != len(cpu):
+        return {
+            "verdict": "differs",
+            "kind": "shape",
+            "detail": f"{len(target)} results on {device}, {len(cpu)} on CPU",
+        }
+    ties = op.name in INDEX_OPS and _ties(sample)
+    verdicts = []
+    for k, (c, t) in enumerate(zip(cpu, target, strict=True)):
+        f = ref[k] if ref is not None and len(ref) == len(cpu) else None
+        found = _leaf(k, c, t, f, sample, ties=ties)
+        if found is not None:
+            verdicts.append(found | {"leaf": k})
+    bad = [v for v in verdicts if v["verdict"] == "differs"]
+    if bad and bad[0]["kind"] in ("value", "nan-inf") and _mixed(sample, target[bad[0]["leaf"]]):
+        raise Skip("edge values mixed by a reduction: order-dependent")
+    if (
+        bad
+        and bad[0]["kind"] in ("value", "nan-inf")
+        and _flushed(run, bad[0]["leaf"], target, sample)
+    ):
+        return {"verdict": "platform", "reason": "subnormal flushing", "leaf": bad[0]["leaf"]}
+    chosen = bad[0] if bad else (verdicts[0] if verdicts else {"verdict": "match"})
+    return chosen | ({"ties": True} if ties else {})
+
+
+def _runner(op: Any, sample: Any, dtype: torch.dtype, *, grad: bool) -> Callable:
+    def run(device: str, *, f64: bool = False, seed: int = 0, given: Any = None) -> list[Any]:
+        torch.manual_seed(seed)
+        with torch.enable_grad() if grad else torch.no_grad():
+            return evaluate(op.op, given or sample, device, grad=grad, dtype=dtype, f64=f64)
+
+    return run
+
+
+def _leaf(k: int, c: Any, t: Any, f: Any, sample: Any, *, ties: bool) -> dict[str, Any] | None:
+    """The verdict on one result, None when it matches."""
+    if not isinstance(c, torch.Tensor) or not isinstance(t, torch.Tensor):
+        same = type(c) is type(t) and c == t
+        return None if same else _differs("value", f"{t!r} on the backend, {c!r} on CPU")
+    if c.shape != t.shape:
+        return _differs("shape", f"shape {list(t.shape)} on the backend, {list(c.shape)} on CPU")
+    if c.dtype != t.dtype:
+        return _differs("dtype", f"dtype {_name(t.dtype)} on the backend, {_name(c.dtype)} on CPU")
+    if not (c.is_floating_point() or c.is_complex()):
+        return _exact(c, t, f, sample, ties=ties)
+    arbiter = f if isinstance(f, torch.Tensor) and f.shape == c.shape else None
+    if arbiter is not None and not (arbiter.is_floating_point() or arbiter.is_complex()):
+        arbiter = None
+    arbiter = _rounded(arbiter, c.dtype)
+    mc, mt, mf = _masked(c, t, arbiter)
+    cmp = compare_tensor(f"result {k}", mc, mt, reference="cpu", target="backend", arbiter=mf)
+    if cmp.allclose:
+        if cmp.mismatched and _far(c, arbiter) and not _far(t, arbiter):
+            return {"verdict": "cpu_wrong", "detail": _said(cmp)}
+        return None
+    odd = (c.isnan() != t.isnan()) | (c.isinf() != t.isinf())
+    kind = "nan-inf" if bool(odd.any()) else "value"
+    if kind == "value" and not cmp.mismatched:  # every element within the dtype's tolerance
+        return None
+    found = _differs(kind, _said(cmp))
+    return found | ({"owner": "torch"} if _far(c, arbiter) else {})
+
+
+def _rounded(arbiter: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """float64's result, but inf where it rounds to inf in ``dtype`` (exp(100) in float16 is
+    inf, rightly: CPU's inf there is no error, and an infinite error would excuse anything)."""
+    if arbiter is None:
+        return None
+    low = arbiter.to(dtype)
+    return torch.where(low.isinf() & arbiter.isfinite(), low.to(arbiter.dtype), arbiter)
+
+
+def _masked(c: torch.Tensor, t: torch.Tensor, f: torch.Tensor | None) -> tuple[Any, Any, Any]:
+    """The three results with the elements where CPU and the backend are both NaN set to 0:
+    a NaN error there would make both errors NaN, which the fp64 rule passes whatever else
+    differs (a NaN input among edge values would hide every other element)."""
+    both = c.isnan() & t.isnan()
+    if not bool(both.any()):
+        return c, t, f
+    zero = torch.zeros((), dtype=c.dtype)
+    kept = torch.where(both, zero, c), torch.where(both, zero, t)
+    return (*kept, None if f is None else torch.where(both, torch.zeros((), dtype=f.dtype), f))
+
+
+def _exact(c: torch.Tensor, t: torch.Tensor, f: Any, sample: Any, *, ties: bool) -> dict | None:
+    """Integers and bools: equal to CPU's, or to float64's run (an index computed from floats
+    where CPU is the one off)."""
+    if torch.equal(c, t):
+        return None
+    if isinstance(f, torch.Tensor) and f.shape == t.shape and torch.equal(f.to(t.dtype), t):
+        return None
+    if ties:
+        return {"verdict": "match", "note": "index ties: values compared"}
+    if c.dtype in UNSIGNED and any(x.is_floating_point() and (x < 0).any() for x in _ins(sample)):
+        return {"verdict": "skip", "reason": "negative float to unsigned: undefined"}
+    wrong = (c != t).nonzero()
+    first = tuple(wrong[0].tolist()) if len(wrong) else ()
+    detail = f"{len(wrong)}/{c.numel()} differ; at {list(first)}: backend {t[first].item()}, "
+    return _differs("value", detail + f"CPU {c[first].item()}")
+
+
+def _differs(kind: str, detail: str) -> dict[str, Any]:
+    return {"verdict": "differs", "kind": kind, "detail": detail}
+
+
+def _said(cmp: Any) -> str:
+    """A comparison in one line: counts, NaN and inf, both errors against float64, the worst."""
+    parts = [f"{cmp.mismatched}/{cmp.total} differ, max abs {cmp.max_abs:.3g}"]
+    if cmp.nan != (0, 0) or cmp.inf != (0, 0):
+        parts.append(f"NaN cpu/backend {cmp.nan[0]}/{cmp.nan[1]}, inf {cmp.inf[0]}/{cmp.inf[1]}")
+    if cmp.errors is not None:
+        parts.append(f"RMSE vs float64 cpu {cmp.errors[0]:.3g}, backend {cmp.errors[1]:.3g}")
+    for w in cmp.worst[:2]:
+        fp64 = "" if w.fp64 is None else f", float64 {w.fp64:.6g}"
+        parts.append(f"at {list(w.index)}: backend {w.target:.6g}, cpu {w.reference:.6g}{fp64}")
+    return "; ".join(parts)
+
+
+def _far(x: torch.Tensor, arbiter: torch.Tensor | None) -> bool:
+    """``x`` is far from float64's result rounded to its dtype: beyond ten times torch.testing's
+    tolerance of the dtype, or NaN / inf where float64 is not."""
+    if arbiter is None:
+        return False
+    rounded = arbiter.to(x.dtype)
+    rtol, atol = default_tolerances(x)
+    return not bool(torch.isclose(x, rounded, rtol=10 * rtol, atol=10 * atol, equal_nan=True).all())
+
+
+def _same_leaves(a: list[Any], b: list[Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype:
+                return False
+            if x.is_floating_point() or x.is_complex():
+                if not torch.equal(x.nan_to_num(0), y.nan_to_num(0)):
+                    return False
+            elif not torch.equal(x, y):
+                return False
+        elif x is not y and x != y:
+            return False
+    return True
+
+
+def _ins(sample: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves((sample.input, sample.args, sample.kwargs)) if _tensor(t)]
+
+
+def _tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def _ties(sample: Any) -> bool:
+    """The input holds a value twice (a NaN counts as equal to another)."""
+    x = sample.input if isinstance(sample.input, torch.Tensor) else None
+    if x is None or x.numel() < 2:
+        return False
+    flat = x.detach().reshape(-1).nan_to_num(nan=float("inf")) if x.is_floating_point() else x
+    return torch.unique(flat.detach().reshape(-1)).numel() < x.numel()
+
+
+def _mixed(sample: Any, leaf: Any) -> bool:
+    """An edge-filled sample (samples.FILLED) whose result is not elementwise: a sum of +-max
+    and small values depends on the order of the additions, on any backend."""
+    if getattr(sample, "name", "") != FILLED or not isinstance(leaf, torch.Tensor):
+        return False
+    try:
+        shape = torch.broadcast_shapes(*(t.shape for t in _ins(sample)))
+    except RuntimeError:
+        return True
+    return tuple(leaf.shape) != tuple(shape)
+
+
+def _subnormal(t: Any) -> bool:
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+        return False
+    tiny = torch.finfo(t.dtype).tiny
+    a = t.detach().abs()
+    return bool(((a > 0) & (a < tiny)).any())
+
+
+def _flush(t: Any) -> Any:
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return t
+    tiny = torch.finfo(t.dtype).tiny
+    kept = t.detach().clone()
+    kept[(kept.abs() < tiny)] = 0.0
+    return kept.requires_grad_(t.requires_grad)
+
+
+def _flushed(run: Callable, leaf: int, target: list[Any], sample: Any) -> bool:
+    """XLA:CPU flushes subnormal inputs and results to zero: the difference is that alone when
+    CPU's result, on inputs flushed so and flushed so itself, is the backend's."""
+    if not any(_subnormal(t) for t in _ins(sample)):
+        cpu = run("cpu")
+        if not _subnormal(cpu[leaf]):
+            return False
+    try:
+        again = run("cpu", given=sample.transform(_flush))
+    except Exception:
+        return False
+    c, t = _flush(again[leaf]), target[leaf]
+    if not isinstance(c, torch.Tensor) or not isinstance(t, torch.Tensor) or c.shape != t.shape:
+        return False
+    return compare_tensor("flushed", c, _flush(t)).allclose
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

@@ -1,0 +1,134 @@
+# ruff: noqa: E501 - the templates are the repro's own lines, which may be long
+"""A group's repro: ``repro_<id>.py``, torch and torch_xla only, at most 25 lines, that runs
+the witness sample on CPU, on XLA and in float64 on CPU, prints where they part and exits 1
+when XLA differs (a crash repro dies as the sweep's worker died). Written from the witness's
+source (worker.code_of), without torch; checked by running it alone (minimize's ``alone``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MOST_LINES = 25
+# torch.testing's tolerances per dtype: within them of CPU an element is no divergence (the
+# sweep's comparison counts elements so); the fp64 rule's own is 1e-4
+TOLERANCES = {
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7),
+    "complex64": (1.3e-6, 1e-5),
+}
+
+_HEAD = """\
+# {title}. reprokit ops: OpInfo {name}, {dtype}, {which}; exit 1: XLA differs
+import torch
+import torch_xla  # noqa: F401
+from torch.utils._pytree import tree_leaves, tree_map
+"""
+
+_RUN = """\
+def run(device, f64=False):  # the op's result {leaf}on device (f64: float types as float64)
+    wide = lambda d: torch.float64 if f64 and d in (torch.float16, torch.bfloat16, torch.float32) else d
+    to = lambda v: v.detach().to(device, wide(v.dtype)) if isinstance(v, torch.Tensor) else wide(v) if isinstance(v, torch.dtype) else v
+    a, k = tree_map(to, A), dict(tree_map(to, K), **({{"device": device}} if "device" in K else {{}}))
+"""
+
+_FORWARD = """\
+    out = tree_leaves({call}(*a, **k))[{leaf}]
+    return out.cpu() if isinstance(out, torch.Tensor) else torch.tensor(out)
+"""
+
+_BACKWARD = """\
+    ins = [tree_leaves(a)[i].requires_grad_() for i in {grads}]
+    outs = [o for o in tree_leaves({call}(*a, **k)) if isinstance(o, torch.Tensor) and o.requires_grad]
+    g = [torch.randn(o.shape, generator=torch.Generator().manual_seed(j)).to({dtype}).to(o) for j, o in enumerate(outs)]
+    return torch.autograd.grad(outs, ins, g, allow_unused=True)[{leaf}].cpu()  # d(outs . g)/d input
+"""
+
+_JUDGE = """\
+cpu, xla, ref = run("cpu"), run("xla"), run("cpu", f64=True)
+if (xla.dtype, xla.shape) != (cpu.dtype, cpu.shape) or not (cpu.is_floating_point() or cpu.is_complex()):
+    same = (xla.dtype, xla.shape) == (cpu.dtype, cpu.shape) and torch.equal(xla, cpu)
+    raise SystemExit(print(f"{{'XLA matches' if same else 'XLA DIFFERS'}}: xla {{xla.dtype}}{{list(xla.shape)}} {{xla.flatten()[:8].tolist()}}, cpu {{cpu.dtype}}{{list(cpu.shape)}} {{cpu.flatten()[:8].tolist()}}") or int(not same))
+x, c, r = (t.flatten().double() for t in (xla, cpu, torch.where(ref.to(cpu.dtype).isinf() & ref.isfinite(), ref.to(cpu.dtype).double(), ref)))
+def err(t): return torch.where((t == r) | (x.isnan() & c.isnan()), 0, t - r).pow(2).mean().sqrt().item()
+gap = torch.where((x == r) | (x.isnan() & r.isnan()), 0.0, (x - r).abs()).nan_to_num(float("inf"))
+print("\\n".join(f"[{{i}}] xla {{x[i].item():.6g}}  cpu {{c[i].item():.6g}}  float64 {{r[i].item():.6g}}" for i in gap.topk(min(3, gap.numel())).indices.tolist()))
+bound, odd = (3 if cpu.dtype in (torch.float16, torch.bfloat16) or cpu.numel() < 1000 else 2) * err(c) + 1e-5, ((x.isnan() != c.isnan()) | (x.isinf() != c.isinf())).sum().item()
+print(f"RMSE vs float64: xla {{err(x):.3g}}, cpu {{err(c):.3g}} (bound {{bound:.3g}}); NaN/inf not on CPU: {{odd}}")
+raise SystemExit(print("XLA DIFFERS") or 1 if odd or not (torch.allclose(x, c, {rtol}, {atol}, equal_nan=True) or err(x) <= bound) else 0)
+"""
+
+_ERROR = """\
+cpu = run("cpu")
+try:
+    xla = run("xla")
+except Exception as e:  # noqa: BLE001
+    raise SystemExit(print(f"XLA DIFFERS: CPU gives {{cpu.dtype}}{{list(cpu.shape)}}, XLA raises {{type(e).__name__}}: {{str(e).strip()[:300]}}") or 1) from None
+print(f"XLA matches: {{xla.dtype}}{{list(xla.shape)}}, no error")
+"""
+
+_CRASH = """\
+cpu = run("cpu")
+print(f"CPU gives {{cpu.dtype}}{{list(cpu.shape)}}; now XLA (the sweep saw it {died}):", flush=True)
+xla = run("xla")
+print(f"XLA gives {{xla.dtype}}{{list(xla.shape)}}: it did not {died}")
+"""
+
+
+def title(group: Any) -> str:
+    """The one-line title of a group: what a maintainer reads first."""
+    what = {
+        "value": "values far from float64",
+        "nan-inf": "NaN/inf where CPU and float64 have none",
+        "dtype": "another dtype than CPU",
+        "shape": "another shape than CPU",
+        "error": "raises where CPU does not",
+        "crash": "kills the process",
+        "hang": "hangs",
+    }[group.kind]
+    variant = f" ({group.variant})" if group.variant else ""
+    passed = "gradient of " if group.grad else ""
+    return f"{'/'.join(group.dtypes)} {passed}{group.op}{variant} on XLA: {what}"
+
+
+def repro_text(group: Any, code: dict[str, Any], call: str | None, saved: str | None) -> str:
+    """The repro of ``group`` from its witness's source ``code``; ``call``: how to name the
+    op (None: through OpInfo's database, which needs expecttest); ``saved``: the .pt file of
+    its large tensors, beside it."""
+    witness = group.witness
+    which = f"{'edge' if witness.get('edge') else 'OpInfo'} sample {witness['sample']}"
+    which += ", gradient" if group.grad else ""
+    name = f"{group.op!r}" + (f" variant {group.variant!r}" if group.variant else "")
+    text = _HEAD.format(title=title(group), name=name, dtype=witness["dtype"], which=which)
+    if call is None:
+        text += "from torch.testing._internal.common_methods_invocations import op_db\n"
+        find = f"o.name == {group.op!r} and o.variant_test_name == {group.variant!r}"
+        text += f"OP = next(o.op for o in op_db if {find})\n"
+        call = "OP"
+    if saved:  # beside the script, wherever it is run from
+        text += (
+            f'T = torch.load(__file__.rpartition("/")[0] + "/" * ("/" in __file__) + "{saved}")\n'
+        )
+    text += f"A = {code['A']}\nK = {code['K']}\n"
+    leaf = code.get("leaf", 0)
+    text += _RUN.format(leaf=f"{leaf} " if leaf else "")
+    if group.grad:
+        body = _BACKWARD.format(
+            call=call, grads=code["G"], dtype=f"torch.{witness['dtype']}", leaf=leaf
+        )
+    else:
+        body = _FORWARD.format(call=call, leaf=leaf)
+    text += body
+    if group.kind in ("crash", "hang"):
+        text += _CRASH.format(died="crash" if group.kind == "crash" else "hang")
+    elif group.kind == "error":
+        text += _ERROR.format()
+    else:
+        rtol, atol = TOLERANCES.get(witness["dtype"], (1e-4, 1e-4))
+        text += _JUDGE.format(rtol=max(rtol, 1e-4), atol=max(atol, 1e-4))
+    return text
+
+
+def lines(text: str) -> int:
+    return len(text.rstrip("\n").splitlines())

@@ -1,0 +1,224 @@
+"""The sweep's worker: ``python worker.py JOB.json OUT.jsonl``, one long-lived process that
+judges many samples (forked from a warm server that imported torch and torch_xla already:
+runner/warm.py). JOB.json says what to do:
+
+- ``{"list": {...}}``: the OpInfos asked for, their dtypes and how a repro calls them;
+- ``{"tasks": [...], ...}``: each task's samples judged (op, variant, dtype, grad, edge, from
+  sample ``start``), and for ``describe``, samples written as source (no backend run).
+
+Each sample is announced (``begin``) before it runs and answered (``record``) after, one JSON
+line each, flushed: when a sample kills the process (a segfault in the backend; SIGALRM after
+``timeout`` seconds of one sample, a hang), the driver reads which one it was and goes on in a
+new worker from the next.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if sys.path and sys.path[0].endswith("ops"):
+    del sys.path[0]  # this folder: samples.py must not shadow another module of that name
+
+import hashlib
+import json
+import os
+import signal
+import time
+import warnings
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from reprokit.tools.ops import judge, samples
+
+# Ops whose results are random or uninitialized by design: not run at all
+RANDOM = (
+    "bernoulli",
+    "normal",
+    "uniform",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "randint",
+    "multinomial",
+    "nn.functional.dropout",
+    "nn.functional.dropout2d",
+    "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout",
+    "nn.functional.feature_alpha_dropout",
+    "nn.functional.rrelu",
+    "cauchy",
+    "exponential",
+    "geometric",
+    "log_normal",
+    "random_",
+    "randn",
+    "rand",
+)
+
+
+def main(job_path: str, out_path: str) -> int:
+    job = json.loads(Path(job_path).read_text("utf-8"))
+    warnings.simplefilter("ignore")
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    with open(out_path, "a", encoding="utf-8") as out:
+        if "list" in job:
+            _emit(out, {"listing": listing(op_db, **job["list"])})
+            return 0
+        sweep(op_db, job, out)
+    return 0
+
+
+def listing(
+    op_db: list, names: list[str], dtypes: list[str], grad: bool, **_: Any
+) -> dict[str, Any]:
+    """The OpInfos asked for (all when ``names`` is empty): their dtypes among ``dtypes``
+    (supported on CPU), the call a repro makes, and why one is not run."""
+    chosen, unknown = [], []
+    for name in names:
+        found = [o for o in op_db if name in (o.name, _full(o))]
+        chosen += [o for o in found if o not in chosen]
+        if not found:
+            unknown.append(name)
+    ops = []
+    for op in chosen if names else op_db:
+        supported = {str(d).removeprefix("torch.") for d in op.supported_dtypes("cpu")}
+        backward = {str(d).removeprefix("torch.") for d in op.supported_backward_dtypes("cpu")}
+        entry = {
+            "op": op.name,
+            "variant": op.variant_test_name,
+            "call": call_of(op),
+            "dtypes": [d for d in dtypes if d in supported],
+            "grad_dtypes": [
+                d
+                for d in dtypes
+                if d in backward and op.supports_autograd and getattr(torch, d).is_floating_point
+            ]
+            if grad
+            else [],
+            "skip": _skipped(op),
+        }
+        ops.append(entry)
+    return {"ops": ops, "unknown": unknown, "total": len(op_db)}
+
+
+def _full(op: Any) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def _skipped(op: Any) -> str | None:
+    if "empty" in op.name:
+        return "uninitialized memory"
+    if op.name in RANDOM or op.name.startswith("nn.functional.dropout"):
+        return "random"
+    return None
+
+
+def call_of(op: Any) -> str | None:
+    """How a repro names the OpInfo's function: ``torch.nn.functional.softplus`` where that
+    is the very function it calls; None where it is a lambda of OpInfo's own."""
+    candidates = [f"torch.{op.name}", f"torch.Tensor.{op.name}", f"torch.special.{op.name}"]
+    module, qualname = getattr(op.op, "__module__", None), getattr(op.op, "__qualname__", "")
+    if module and module.startswith("torch") and "<" not in qualname:
+        candidates.append(f"{module}.{qualname}")
+    for path in candidates:
+        found: Any = sys.modules.get("torch")
+        for part in path.split(".")[1:]:
+            found = getattr(found, part, None)
+            if found is None:
+                break
+        if found is not None and found is op.op:
+            return path
+    return None
+
+
+def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
+    """Each task's samples judged in turn, each announced before it runs."""
+    device = _device(job["backend"])
+    fallbacks = _fallbacks(job["backend"])
+    by_name = {(o.name, o.variant_test_name): o for o in op_db}
+    witness = Path(job["witness_dir"])
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # past the timeout the process dies: a hang
+    for task in job["tasks"]:
+        op = by_name[(task["op"], task["variant"])]
+        dtype = getattr(torch, task["dtype"])
+        grad, edge, start = task["grad"], task["edge"], task.get("start", 0)
+        describe = set(task.get("describe", ()))
+        made = samples.op_samples(op, dtype, grad=grad, edge=edge)
+        for i, sample in enumerate(made):
+            if i in describe:
+                _emit(out, {"id": task["id"], "sample": i, "code": code_of(sample, witness)})
+            if i < start:
+                continue
+            described = samples.describe(sample)
+            _emit(out, {"begin": task["id"], "sample": i, "described": described})
+            signal.alarm(int(job["timeout"]))
+            fallbacks(clear=True)
+            found = judge.judge(op, sample, dtype, device, grad=grad, fallbacks=fallbacks)
+            signal.alarm(0)
+            found |= {"sample": i, "described": described}
+            if found["verdict"] == "differs":
+                found["code"] = code_of(sample, witness)
+            _emit(out, {"id": task["id"], "record": found})
+        _emit(out, {"done": task["id"]})
+
+
+def _device(backend: str) -> str:
+    if backend != "xla":
+        raise SystemExit(f"backend {backend!r} is not available in this worker")
+    import torch_xla  # noqa: F401 - registers the device
+
+    return "xla"
+
+
+def _fallbacks(backend: str) -> Any:
+    """A function that clears torch_xla's counters, or names the ops that ran as a CPU
+    fallback since (reads of a value back, ``_local_scalar_dense``, are transfers)."""
+    import torch_xla.debug.metrics as met
+
+    def fallbacks(*, clear: bool = False) -> list[str]:
+        if clear:
+            met.clear_all()
+            return []
+        return [n for n in met.executed_fallback_ops() if n != "aten::_local_scalar_dense"]
+
+    del backend
+    return fallbacks
+
+
+def code_of(sample: Any, witness: Path) -> dict[str, Any]:
+    """The sample as a repro's source: its positional arguments (``A``), keyword arguments
+    (``K``), which leaves require grad (``G``) and the .pt file of its large tensors."""
+    saved: list[torch.Tensor] = []
+    try:
+        args = samples.source([sample.input, *sample.args], saved)
+        kwargs = samples.source(dict(sample.kwargs), saved)
+    except samples.Unwritable as why:
+        return {"unwritable": str(why)}
+    from torch.utils._pytree import tree_leaves
+
+    leaves = tree_leaves((sample.input, tuple(sample.args)))
+    grads = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.requires_grad]
+    code = {"A": args, "K": kwargs, "G": grads, "saved": None}
+    if saved:
+        witness.mkdir(parents=True, exist_ok=True)
+        scratch = witness / f".{os.getpid()}.pt"
+        torch.save(saved, scratch)
+        digest = hashlib.sha256(scratch.read_bytes()).hexdigest()[:32]
+        os.replace(scratch, witness / f"{digest}.pt")
+        code["saved"] = f"{digest}.pt"
+    return code
+
+
+def _emit(out: IO[str], message: dict[str, Any]) -> None:
+    out.write(json.dumps(message, default=str) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    begun = time.monotonic()
+    code = main(sys.argv[1], sys.argv[2])
+    sys.stdout.flush()
+    os._exit(code)  # no teardown of torch_xla's runtime: seconds, and nothing left to write
