@@ -66,7 +66,8 @@ class OpsSweep:
     cpu_wrong: list[dict[str, Any]] = field(default_factory=list)  # torch's own kernel off
     groups: tuple[Group, ...] = ()
     records: list[dict[str, Any]] = field(default_factory=list)  # every sample's verdict
-    cached: int = 0  # tasks whose samples came from the results cache
+    tasks: int = 0  # ops x dtypes x passes x sample sets (OpInfo's, the edge values')
+    cached: int = 0  # of them, those whose samples came from the results cache
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self) | {"backends": list(self.backends), "dtypes": list(self.dtypes)}

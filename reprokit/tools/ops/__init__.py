@@ -14,7 +14,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,21 @@ class Progress:
         return self.seconds / self.tasks_done * (self.tasks - self.tasks_done)
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What one sweep was asked for, and where it writes."""
+
+    out_dir: Path
+    dtypes: tuple[str, ...]
+    backends: tuple[str, ...]
+    grad: bool
+    edge: bool
+    options: Options
+    versions: dict[str, str]
+    argv: list[str]
+    begun: float
+
+
 def sweep_ops(
     names: list[str],
     *,
@@ -79,83 +94,58 @@ def sweep_ops(
     """Sweep the OpInfos ``names`` (all of them when empty) into ``out_dir``: ops.json,
     report.md and a repro per group. Raises :class:`Interrupted` (with what finished) on
     KeyboardInterrupt, ReprokitError on bad input."""
-    options = options or Options()
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:
         raise ReprokitError(f"backend {unknown[0]!r} is not swept", hint=_TORCHAX)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    begun = time.monotonic()
-    versions = _versions()
+    asked = _Asked(
+        Path(out_dir),
+        tuple(dtypes),
+        tuple(backends),
+        grad,
+        edge,
+        options or Options(),
+        _versions(),
+        list(argv or []),
+        time.monotonic(),
+    )
+    asked.out_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    scratch = out_dir / ".workers"
+    scratch = asked.out_dir / ".workers"
     shutil.rmtree(scratch, ignore_errors=True)
-    witness = Store(WITNESS).folder
-    pool = Pool(options, scratch, witness, timeout=timeout, stop=stop)
-    records: list[dict[str, Any]] = []
-    cached = 0
+    pool = Pool(asked.options, scratch, Store(WITNESS).folder, timeout=timeout, stop=stop)
     try:
-        listing = _listing(pool, names, dtypes, grad, versions, cache=cache)
-        tasks = _tasks(listing, backends, grad=grad, edge=edge)
+        listing = _listing(pool, names, asked, cache=cache)
+        tasks = _tasks(listing, asked)
         store, code = Store("ops"), _code_digest()
-        pending, total, done_count = [], len(tasks), 0
+        records: list[dict[str, Any]] = []
+        pending = []
         for task in tasks:
-            hit = store.get_json(_key(task, versions, code)) if cache else None
+            hit = store.get_json(_key(task, asked.versions, code)) if cache else None
             if hit is None:
                 pending.append(task)
             else:
                 records += _stamped(task, hit)
-                cached += 1
-        done_count = cached
+        cached = len(tasks) - len(pending)
+        counted = [cached]
 
         def finished(task: Task, found: list[dict[str, Any]]) -> None:
-            nonlocal done_count
-            store.put_json(_key(task, versions, code), found)
+            store.put_json(_key(task, asked.versions, code), found)
             records.extend(_stamped(task, found))
-            done_count += 1
+            counted[0] += 1
             if progress:
-                progress(Progress(done_count, total, len(records), time.monotonic() - begun))
+                seconds = time.monotonic() - asked.begun
+                progress(Progress(counted[0], len(tasks), len(records), seconds))
 
         if progress:
-            progress(Progress(done_count, total, len(records), time.monotonic() - begun))
+            progress(Progress(cached, len(tasks), len(records), time.monotonic() - asked.begun))
         try:
             pool.run(pending, finished)
         except KeyboardInterrupt:
             stop.set()
             pool.close()
-            swept = _finish(
-                listing,
-                records,
-                out_dir,
-                witness,
-                options,
-                versions,
-                argv,
-                dtypes,
-                backends,
-                grad,
-                edge,
-                begun,
-                cached,
-                interrupted=True,
-            )
+            swept = _finish(asked, listing, records, len(tasks), cached, interrupted=True)
             raise Interrupted(swept) from None
-        return _finish(
-            listing,
-            records,
-            out_dir,
-            witness,
-            options,
-            versions,
-            argv,
-            dtypes,
-            backends,
-            grad,
-            edge,
-            begun,
-            cached,
-            interrupted=False,
-        )
+        return _finish(asked, listing, records, len(tasks), cached, interrupted=False)
     finally:
         pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -190,19 +180,11 @@ def _key(task: Task, versions: dict[str, str], code: list[str | None]) -> str:
     return Store.key(task.to_json(), versions, code)
 
 
-def _listing(
-    pool: Pool,
-    names: list[str],
-    dtypes: tuple[str, ...],
-    grad: bool,
-    versions: dict,
-    *,
-    cache: bool,
-) -> dict[str, Any]:
+def _listing(pool: Pool, names: list[str], asked: _Asked, *, cache: bool) -> dict[str, Any]:
     """The OpInfos asked for, listed by a worker (cached: the list of an unchanged torch)."""
-    request = {"names": list(names), "dtypes": list(dtypes), "grad": grad}
+    request = {"names": list(names), "dtypes": list(asked.dtypes), "grad": asked.grad}
     store = Store("ops-listing")
-    key = store.key(request, versions, _code_digest())
+    key = store.key(request, asked.versions, _code_digest())
     found = store.get_json(key) if cache else None
     if found is None:
         found = pool.listing(request)
@@ -216,20 +198,19 @@ def _listing(
     return found
 
 
-def _tasks(
-    listing: dict[str, Any], backends: tuple[str, ...], *, grad: bool, edge: bool
-) -> list[Task]:
+def _tasks(listing: dict[str, Any], asked: _Asked) -> list[Task]:
+    """Each op that is run x backend x pass x dtype x sample set (OpInfo's, the edge values')."""
     tasks = []
     for entry in listing["ops"]:
         if entry["skip"]:
             continue
-        for backend in backends:
-            passes = [(False, entry["dtypes"])] + ([(True, entry["grad_dtypes"])] if grad else [])
+        passes = [(False, entry["dtypes"])] + ([(True, entry["grad_dtypes"])] if asked.grad else [])
+        for backend in asked.backends:
             for backward, dtypes in passes:
                 for dtype in dtypes:
-                    for with_edge in (False, True) if edge else (False,):
+                    for edge in (False, True) if asked.edge else (False,):
                         tasks.append(
-                            Task(entry["op"], entry["variant"], dtype, backend, backward, with_edge)
+                            Task(entry["op"], entry["variant"], dtype, backend, backward, edge)
                         )
     return tasks
 
@@ -247,23 +228,16 @@ def _stamped(task: Task, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _finish(
+    asked: _Asked,
     listing: dict[str, Any],
     records: list[dict[str, Any]],
-    out_dir: Path,
-    witness: Path,
-    options: Options,
-    versions: dict[str, str],
-    argv: list[str] | None,
-    dtypes: tuple[str, ...],
-    backends: tuple[str, ...],
-    grad: bool,
-    edge: bool,
-    begun: float,
+    tasks: int,
     cached: int,
     *,
     interrupted: bool,
 ) -> OpsSweep:
-    """Groups, repros checked alone, ops.json and report.md."""
+    """Groups, their repros (run alone unless interrupted), ops.json and report.md."""
+    out_dir, witness = asked.out_dir, Store(WITNESS).folder
     found = grouping.build(records)
     codes = _codes(records, found)
     calls = {(e["op"], e["variant"]): e["call"] for e in listing["ops"]}
@@ -271,15 +245,15 @@ def _finish(
         old.unlink()
     found = grouping.write_repros(found, codes, calls, out_dir, witness)
     if not interrupted:
-        found = grouping.check_alone(found, out_dir, options, versions)
+        found = grouping.check_alone(found, out_dir, asked.options, asked.versions)
     sweep = OpsSweep(
-        argv=list(argv or []),
-        versions=versions,
-        backends=backends,
-        dtypes=dtypes,
-        grad=grad,
-        edge=edge,
-        seconds=round(time.monotonic() - begun, 1),
+        argv=asked.argv,
+        versions=asked.versions,
+        backends=asked.backends,
+        dtypes=asked.dtypes,
+        grad=asked.grad,
+        edge=asked.edge,
+        seconds=round(time.monotonic() - asked.begun, 1),
         interrupted=interrupted,
         ops=_per_op(listing, records),
         skips=_skips(listing, records),
@@ -287,11 +261,12 @@ def _finish(
         cpu_wrong=_cpu_wrong(records),
         groups=tuple(found),
         records=[_compact(r) for r in records],
+        tasks=tasks,
         cached=cached,
     )
     write_ops(out_dir, sweep)
     write_report(out_dir, sweep)
-    return replace(sweep)
+    return sweep
 
 
 def _codes(records: list[dict[str, Any]], found: list) -> dict[str, dict[str, Any]]:
