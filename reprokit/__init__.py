@@ -154,14 +154,17 @@ def run(
 
 
 def minimize(
-    variant: Variant, *, out_dir: Path | str, options: Options | None = None, budget: int = 40
-) -> MinimizeResult:
+    variant: Variant, *, out_dir: Path | str, options: Options | None = None, budget: int = 40,
+    root: str = "",
+) -> MinimizeResult:  # fmt: skip
     """Shrink ``variant`` to the smallest one (a captured program: the fewest operations) that
     still shows its outcome, in at most ``budget`` candidate runs; writes OUT_DIR/minimal.toml,
-    OUT_DIR/repro.py and a run folder that ``report`` reads (reprokit.tools.minimize)."""
+    OUT_DIR/repro.py and a run folder that ``report`` reads (reprokit.tools.minimize). A
+    captured program keeps ``root`` (its name or op), else minimizes each root that reaches
+    an output, the first in OUT_DIR, the others in OUT_DIR/roots/NAME."""
     from reprokit.tools.minimize import minimize as shrink
 
-    return shrink(variant, out_dir=Path(out_dir), options=options, budget=budget)
+    return shrink(variant, out_dir=Path(out_dir), options=options, budget=budget, root=root)
 
 
 def merge(

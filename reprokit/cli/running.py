@@ -125,20 +125,26 @@ def minimize_(
     xla_device: XlaDeviceOpt = None,
     cases: CasesOpt = None,
     templates: TemplatesOpt = None,
+    root: Annotated[
+        str,
+        typer.Option("--root", help="a captured program's root to keep (its name or op)"),
+    ] = "",
 ) -> None:
     """Shrink a case to the smallest variant that still shows the same outcome.
 
     Writes OUTPUT/minimal.toml and OUTPUT/repro.py, and a run folder that `reprokit report`
     reads (summary.json holds the search: run.minimized). A captured program (template
     exported_program) shrinks to the few operations that still show the outcome: also
-    OUTPUT/minimal.pt2, and a repro.py of aten calls that needs neither reprokit nor the .pt2.
-    Exit 0 done (or budget spent), 130 interrupted.
+    OUTPUT/minimal.pt2, and a repro.py of aten calls that needs neither reprokit nor the .pt2;
+    each other root (where a difference is born) that reaches an output gets its own, in
+    OUTPUT/roots/NAME (--root NAME: only that one). Exit 0 done (or budget spent), 130
+    interrupted.
     """
     variant = load_variant(case, sets=parse_sets(set_ or []), cases=cases or [],
                            templates=templates or [])  # fmt: skip
     given = {"timeout": timeout, "xla_device": xla_device, "templates": templates}
     options = build_options(given, jobs=jobs(n))
-    found = reprokit.minimize(variant, out_dir=output, options=options, budget=budget)
+    found = reprokit.minimize(variant, out_dir=output, options=options, budget=budget, root=root)
     table = Table("", "before", "after", title=f"Minimized: {escape(found.target or '')}")
     for what, before, after in found.graph.rows() if found.graph else []:
         table.add_row(what, before, after)
@@ -156,6 +162,8 @@ def minimize_(
     )
     for other in found.graph.others if found.graph else ():
         out.print(f"also differs, independently (not in this repro): {other}", highlight=False)
+    for folder in found.graph.elsewhere if found.graph else ():
+        out.print(f"its own short repro: {output / folder / 'repro.py'}", highlight=False)
     raise typer.Exit(ExitCode.INTERRUPTED if found.stopped == "interrupted" else ExitCode.OK)
 
 

@@ -73,10 +73,13 @@ def reduce_variant(
 
 
 def _around_divergences(result: VariantResult) -> set[str]:
-    """The names within :data:`AROUND` of each target stage's first divergence, in the order
-    its comparisons were made (the order the stages saved their tensors)."""
+    """The names within :data:`AROUND` of each target stage's first divergence and of each
+    root (where a difference is born), in the order its comparisons were made (the order the
+    stages saved their tensors)."""
     kept: set[str] = set()
-    for target, first in result.first_divergence.items():
+    born = [(root.target, root.tensor) for root in result.roots]
+    born += [(also, root.tensor) for root in result.roots for also in root.also]
+    for target, first in [*result.first_divergence.items(), *born]:
         names = [c.tensor for c in result.comparisons if c.target == target]
         if first in names:
             index = names.index(first)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reprokit.comparison import trust
+from reprokit.comparison import roots, trust
 from reprokit.comparison.pairs import COMPARE, Compared
 from reprokit.environment.machine import versions
 from reprokit.infra.caching import Store, file_digest
@@ -67,7 +68,7 @@ def verdict(
         outcome, reason = Outcome.MATCH, None
     assert outcome is not None  # a failed status always names an outcome
     expected, expected_from, observed = variant.case.expected(xla_device)
-    return VariantResult(
+    result = VariantResult(
         case=variant.case.name,
         label=variant.label,
         variant=dict(variant.params),
@@ -92,6 +93,7 @@ def verdict(
         own_divergence=trust.own(stages, compared.divergence),
         fusion_nodes=trust.narrowed(stages, results, compared.comparisons),
     )
+    return replace(result, roots=roots.found(result)) if outcome is Outcome.MISMATCH else result
 
 
 def compare_stages(

@@ -10,6 +10,7 @@ from reprokit.records._json import write_json
 from reprokit.records.comparison import (
     Comparison,
     DiffSummary,
+    Root,
     Worst,
     divergence_summary,
     first_divergence,
@@ -47,6 +48,7 @@ __all__ = [
     "MinimizeResult",
     "Outcome",
     "Reports",
+    "Root",
     "RunSummary",
     "Stage",
     "StageResult",

@@ -123,6 +123,34 @@ class Comparison:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Root:
+    """Where a difference is born (reprokit/comparison/roots.py): a recorded result of
+    ``target`` that differs while every recorded result it reads agrees. summary.json lists
+    every root of a variant; ``first_divergence`` stays, the first in graph order."""
+
+    tensor: str  # its recorded name: node.0035.bwd.hardtanh_backward
+    target: str  # the stage it differs in (XLA's)
+    op: str  # aten.hardtanh_backward.default
+    source: str = ""  # the user's line the operation comes from
+    kind: str = "value"  # value, nan-inf, dtype or shape
+    errors: tuple[float, float] | None = None  # RMSE against float64: reference's, target's
+    bound: float | None = None  # the most the target's may be
+    reaches: tuple[str, ...] | None = ()  # differing outputs it reaches (None: not known)
+    also: tuple[str, ...] = ()  # other stages where the same result is a root (XLA SPMD)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self) | {"also": list(self.also)}
+        data["reaches"] = None if self.reaches is None else list(self.reaches)
+        data["errors"] = None if self.errors is None else [finite(e) for e in self.errors]
+        return {k: finite(v) for k, v in data.items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Root:
+        return from_json(cls, data, errors=lambda es: tuple(map(number, es)), reaches=tuple,
+                         also=tuple, bound=number)  # fmt: skip
+
+
 def first_divergence(comparisons: Iterable[Comparison]) -> Comparison | None:
     """The first tensor outside tolerance, in the order the target stage saved them."""
     return next((c for c in comparisons if not c.allclose), None)

@@ -48,6 +48,10 @@ class GraphShrink:
     # the program's other independent divergences, which this minimization did not keep: each
     # its op, source line and the outputs it reaches (comparison/roots.py), in words
     others: tuple[str, ...] = ()
+    # the root this minimization kept (its recorded name in the whole program), and the
+    # folders (beside summary.json) where each other root reaching an output was minimized
+    root: str = ""
+    elsewhere: tuple[str, ...] = ()
 
     @property
     def removed_nothing(self) -> bool:
@@ -67,6 +71,7 @@ class GraphShrink:
             "weights": list(self.weights),
             "steps": [asdict(s) for s in self.steps],
             "others": list(self.others),
+            "elsewhere": list(self.elsewhere),
             "removed_nothing": self.removed_nothing,  # derived: for readers of summary.json
         }
 
@@ -80,6 +85,7 @@ class GraphShrink:
             weights=tuple,
             steps=lambda items: tuple(Step(**s) for s in items),
             others=tuple,
+            elsewhere=tuple,
         )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.records._json import from_json, write_json
-from reprokit.records.comparison import Comparison, divergence_summary
+from reprokit.records.comparison import Comparison, Root, divergence_summary
 from reprokit.records.environment import Environment, EnvSpec
 from reprokit.records.minimize import MinimizeResult
 from reprokit.records.xla import XlaEvidence
@@ -171,6 +171,9 @@ class VariantResult:
     stages: tuple[StageResult, ...] = ()
     comparisons: tuple[Comparison, ...] = ()
     first_divergence: dict[str, str | None] = field(default_factory=dict)
+    # where each difference is born, those reaching an output first (comparison/roots.py);
+    # empty in a match and in runs written before roots were recorded
+    roots: tuple[Root, ...] = ()
     reason: str | None = None  # why it was skipped or failed, in a line
     title: str = ""  # the case's title and description, for the report
     description: str = ""
@@ -241,6 +244,7 @@ class VariantResult:
             passed=self.passed,
             stages=[s.to_json() for s in self.stages],
             comparisons=[c.to_json() for c in self.comparisons],
+            roots=[r.to_json() for r in self.roots],
             fusion=[c.to_json() for c in self.fusion],
             fusion_nodes=list(self.fusion_nodes),
             env=self.env.to_json() if self.env is not None else None,
@@ -256,6 +260,7 @@ class VariantResult:
             expected=Outcome,
             stages=lambda items: tuple(map(StageResult.from_json, items)),
             comparisons=lambda items: tuple(map(Comparison.from_json, items)),
+            roots=lambda items: tuple(map(Root.from_json, items)),
             fusion=lambda items: tuple(map(Comparison.from_json, items)),
             fusion_nodes=tuple,
             case_variables=tuple,

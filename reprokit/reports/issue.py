@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from reprokit.comparison.roots import Root, roots
-from reprokit.records import Comparison, Outcome, RunSummary, Triage, VariantResult
+from reprokit.comparison.roots import compared, described, roots
+from reprokit.records import Comparison, Outcome, Root, RunSummary, Triage, VariantResult
 from reprokit.reports.evidence import plain, script, too_large
 from reprokit.reports.model import Cell, Issue, Table, Text
 
@@ -31,7 +34,7 @@ def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Iss
     first = shown[0] if len(shown) == 1 else None
     if first is None or first.outcome is not Outcome.MISMATCH:
         return None
-    found = roots(first)
+    found = [_Seen.of(first, root) for root in roots(first)]
     if not found:
         return None
     main, target, reference = found[0], *_sides(first, found[0].comparison)
@@ -47,6 +50,32 @@ def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Iss
         context=_context(summary, first) + too_large(run_dir, first),
         not_run=_not_run(first),
     )
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """A root with what the records say of it: its comparison, its stage's description."""
+
+    root: Root
+    comparison: Comparison
+    said: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, variant: VariantResult, root: Root) -> _Seen:
+        said = described(variant, root.target).get(root.tensor, {})
+        return cls(root, compared(variant, root), said)
+
+    @property
+    def op(self) -> str:
+        return self.root.op
+
+    @property
+    def reaches(self) -> tuple[str, ...] | None:
+        return self.root.reaches
+
+    @property
+    def also(self) -> tuple[str, ...]:
+        return self.root.also
 
 
 def _sides(variant: VariantResult, c: Comparison) -> tuple[str, str]:
@@ -109,14 +138,14 @@ def _floating(c: Comparison) -> bool:
     return all(k and k.startswith(("float", "bfloat", "complex")) for k in kinds)
 
 
-def title(root: Root, target: str, reference: str) -> Text:
+def title(root: _Seen, target: str, reference: str) -> Text:
     c = root.comparison
     floating = c.dtype and c.dtype.startswith(("float", "bfloat")) and not reference_dtype(c)
     lead = f"{c.dtype} " if floating else ""
     return f"{lead}`{root.op}` on {target} {symptom(c, reference)}"
 
 
-def _where(root: Root) -> str:
+def _where(root: _Seen) -> str:
     """The operation, its shape and the user's line it comes from."""
     info, shape = root.said, root.comparison.shape
     reads = " and ".join(_shape(s) for s in info.get("reads", ()))
@@ -136,7 +165,7 @@ def _shape(shape) -> str:
     return "x".join(map(str, shape or ())) or "a scalar"
 
 
-def _bug(variant: VariantResult, root: Root, target: str, reference: str) -> tuple[Text, ...]:
+def _bug(variant: VariantResult, root: _Seen, target: str, reference: str) -> tuple[Text, ...]:
     c = root.comparison
     counts = [f"{c.mismatched:,} of {c.total:,} elements differ from {reference}'s"]
     if not c.mismatched and not reference_dtype(c):  # judged by its error against float64 alone
@@ -164,7 +193,7 @@ def _bug(variant: VariantResult, root: Root, target: str, reference: str) -> tup
     return tuple(lines)
 
 
-def _trust(variant: VariantResult, root: Root) -> list[Text]:
+def _trust(variant: VariantResult, root: _Seen) -> list[Text]:
     """How far the verdict can be trusted (docs/verdicts.md), in the issue's words: the
     precision triage, whether fusion changes the outputs, each operation's own error."""
     lines = []
@@ -215,7 +244,7 @@ def witnesses(c: Comparison, target: str, reference: str) -> Table | None:
     return Table(header, rows, (False, *(True,) * (len(header) - 1)))
 
 
-def _other(root: Root, target: str, reference: str) -> Text:
+def _other(root: _Seen, target: str, reference: str) -> Text:
     c = root.comparison
     line = f"{_where(root)}: {target} {symptom(c, reference)}"
     line += f" at `{list(c.worst[0].index)}`" if c.worst else ""
@@ -223,7 +252,7 @@ def _other(root: Root, target: str, reference: str) -> Text:
         return line + f"; it reaches {', '.join(f'`{o}`' for o in root.reaches)}."
     if root.reaches is None:
         return line + "."
-    return line + "; it reaches no output (harmless to the outputs)."
+    return line + "; every result that reads it agrees: harmless to the outputs."
 
 
 def _repro(variant: VariantResult, run_dir: Path) -> dict:

@@ -47,20 +47,50 @@ def test_two_independent_roots_each_with_the_outputs_it_reaches_and_a_harmless_o
 def test_without_recorded_inputs_the_first_divergence_is_the_one_root_known():
     said = {"node.0000.a": {"op": "aten.a"}, "node.0001.b": {"op": "aten.b"}}
     found = roots(variant(said, {"node.0001.b", "output.0"}, [*said, "output.0"]))
-    assert [(r.comparison.tensor, r.reaches) for r in found] == [("node.0001.b", None)]
+    assert [(r.tensor, r.reaches) for r in found] == [("node.0001.b", None)]
 
 
-def test_minimize_names_every_root_but_the_first_divergence_it_keeps():
-    """The kept divergence reaches no output, so roots() lists it last: taking the list's
-    tail as 'the others' named the kept one and hid the other."""
-    from reprokit.tools.minimize.graph import others
+def test_a_difference_stops_where_a_reader_agrees():
+    """nll_loss_forward's total_weight differs (1 on XLA, 64 on CPU), but nll_loss_backward,
+    which reads it, agrees: the gradients it leads to differ through another root only."""
+    said = {
+        "node.0000.total_weight": {"op": "aten.nll_loss_forward.default[1]", "inputs": []},
+        "node.0001.nll_backward": {"op": "aten.nll_loss_backward.default",
+                                   "inputs": ["node.0000.total_weight"]},
+        "node.0002.hardtanh_backward": {"op": "aten.hardtanh_backward.default", "inputs": []},
+        "node.0003.mm": {"op": "aten.mm.default",
+                         "inputs": ["node.0001.nll_backward", "node.0002.hardtanh_backward"],
+                         "outputs": ["grad.fc1.weight"]},
+    }  # fmt: skip
+    differing = {"node.0000.total_weight", "node.0002.hardtanh_backward", "node.0003.mm",
+                 "grad.fc1.weight"}  # fmt: skip
+    found = roots(variant(said, differing, [*said, "grad.fc1.weight"]))
+    assert [(r.op, r.reaches) for r in found] == [
+        ("aten.hardtanh_backward.default", ("grad.fc1.weight",)),
+        ("aten.nll_loss_forward.default[1]", ()),
+    ]
+
+
+def test_minimize_keeps_the_root_reaching_an_output_or_the_one_named():
+    """The graph-order first divergence reaches no output: the search keeps the root that
+    does, a candidate still showing it is kept whatever differs before it, and --root picks
+    another by its name or op."""
+    import pytest
+
+    from reprokit.errors import ReprokitError
+    from reprokit.tools.minimize.target import Target
 
     said = {
         "node.0000.sink": {"op": "aten.sum.default", "inputs": []},
         "node.0001.up": {"op": "aten.upsample_bilinear2d.vec", "inputs": [],
                          "outputs": ["output.0"]},
     }  # fmt: skip
-    found = variant(said, {*said, "output.0"}, [*said, "output.0"])
-    found = replace(found, first_divergence={"xla": "node.0000.sink"})
-    (other,) = others(found)
-    assert other.startswith("`aten.upsample_bilinear2d.vec`") and "output.0" in other
+    whole = replace(variant(said, {*said, "output.0"}, [*said, "output.0"]),
+                    first_divergence={"xla": "node.0000.sink"})  # fmt: skip
+    target = Target.of(whole)
+    assert target.clue == "node.#.up" and target.found(whole) == "node.0001.up"
+    only_sink = variant(said, {"node.0000.sink"}, [*said, "output.0"])
+    assert target.kept_by(whole) and not target.kept_by(only_sink)
+    assert Target.of(whole, root="aten.sum.default").kept_by(only_sink)
+    with pytest.raises(ReprokitError, match=r"node\.0001\.up"):
+        Target.of(whole, root="aten.mm.default")

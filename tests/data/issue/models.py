@@ -52,3 +52,46 @@ class SoftplusStep(nn.Module):
 def softplus_step():
     torch.manual_seed(0)
     return SoftplusStep(), (torch.rand(16, 4), torch.randn(16, 1))
+
+
+class BinaryStep(nn.Module):
+    """A BinaryNet-style training step: hardtanh as a straight-through estimator, weights
+    clamped to [-1, 1], cross-entropy. Binary weights and inputs put pre-activations on the
+    clip boundaries, where XLA's hardtanh_backward passes the gradient (CPU gives 0); and
+    nll_loss_forward's total_weight is 1 on XLA, 64 on CPU, which changes no gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 10)
+
+    def forward(self, x, y):
+        h = F.hardtanh(F.linear(x, self.fc1.weight.clamp(-1, 1), self.fc1.bias))
+        out = F.linear(F.hardtanh(h), self.fc2.weight.clamp(-1, 1), self.fc2.bias)
+        return F.cross_entropy(out, y)
+
+
+def binary_step():
+    torch.manual_seed(0)
+    step = BinaryStep()
+    with torch.no_grad():
+        step.fc1.weight.copy_(step.fc1.weight.sign())
+        step.fc2.weight.copy_(step.fc2.weight.sign())
+        step.fc1.bias.zero_()
+    x = torch.randint(-1, 2, (64, 16)).float()
+    return step, (x, torch.randint(0, 10, (64,)))
+
+
+class ShiftedMask(nn.Module):
+    """A mask built as swin_t builds its shifted-window mask: new_zeros, then slices filled in
+    place, each fill value a constant (lift_fresh_copy)."""
+
+    def forward(self, x):
+        mask = x.new_zeros(4, 4)
+        for count, rows in enumerate((slice(0, 2), slice(2, 4))):
+            mask[rows, :] = torch.tensor(float(count))
+        return x + mask
+
+
+def shifted_mask():
+    torch.manual_seed(0)
+    return ShiftedMask(), (torch.randn(4, 4),)

@@ -30,7 +30,14 @@ from reprokit.comparison.roots import roots, said
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
-from reprokit.records import MinimizeResult, Outcome, VariantResult
+from reprokit.records import (
+    MinimizeResult,
+    Outcome,
+    Root,
+    VariantResult,
+    read_summary,
+    write_summary,
+)
 from reprokit.records.minimize import GraphShrink, Step
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted
@@ -68,8 +75,10 @@ def minimize_graph(
     budget: int = 60,
     cache: Cache | None = None,
     truncate: bool = True,
+    root: str = "",
 ) -> MinimizeResult:
-    """Shrink the program of an ``exported_program`` variant, then its parameters.
+    """Shrink the program of an ``exported_program`` variant, then its parameters, keeping
+    ``root`` (a root's recorded name or op; else the first that reaches an output).
     ``truncate=False`` leaves out the first strategy (bench/minimize_graph.py compares)."""
     if variant.template.name not in TEMPLATES:
         raise ReprokitError(
@@ -81,8 +90,10 @@ def minimize_graph(
     start, searches = time.monotonic(), _Searches()
 
     def work() -> None:
-        searches.graph = graph = baseline(programs, runner)
-        searches.others = others(graph.best_result)
+        searches.graph = graph = baseline(programs, runner, root)
+        searches.root = graph.target.found(graph.best_result) or ""
+        searches.others = tuple(r for r in roots(graph.best_result) if r.tensor != searches.root)
+        searches.whole = graph.best_result
         fixpoint(graph, strategies(programs.original, truncation=truncate))
         searches.params = params = Search(
             runner, graph.target, programs.params(graph.best), graph.best_result,
@@ -91,7 +102,37 @@ def minimize_graph(
         shrink(params, variant.template.params, lambda chosen: render(variant.with_params(chosen)))
 
     stopped = until_stopped(work)
-    return write(programs, runner, searches, stopped, time.monotonic() - start)
+    record = write(programs, runner, searches, stopped, time.monotonic() - start)
+    if root or stopped == "interrupted":
+        return record
+    return each_other(variant, record, searches.others, runner, truncate)
+
+
+def each_other(
+    variant: Variant, record: MinimizeResult, others: tuple[Root, ...], runner: Runner,
+    truncate: bool,
+) -> MinimizeResult:  # fmt: skip
+    """Each other root that reaches an output minimized the same way, into ``roots/NAME``
+    beside the first (its own short repro: a second bug is a second issue); the record, and
+    summary.json, name those folders. One cache: the whole program runs once."""
+    folders = []
+    for other in (r for r in others if r.reaches):
+        folder = f"roots/{other.tensor}"
+        found = minimize_graph(
+            variant, out_dir=runner.out_dir / folder, options=runner.options,
+            budget=runner.budget, cache=runner.cache, truncate=truncate, root=other.tensor,
+        )  # fmt: skip
+        folders.append(folder)
+        if found.stopped == "interrupted":
+            break
+    if not folders or record.graph is None:
+        return record
+    record = dataclasses.replace(
+        record, graph=dataclasses.replace(record.graph, elsewhere=tuple(folders))
+    )
+    summary = read_summary(runner.out_dir)
+    write_summary(dataclasses.replace(summary, minimized=record), runner.out_dir)
+    return record
 
 
 @dataclass
@@ -100,17 +141,16 @@ class _Searches:
 
     graph: Search[State] | None = None
     params: Search[dict[str, Any]] | None = None
-    others: tuple[str, ...] = ()  # the program's other independent divergences
+    root: str = ""  # the root kept, by its name in the whole program
+    others: tuple[Root, ...] = ()  # the program's other roots: independent divergences
+    whole: VariantResult | None = None  # the whole program's result
+
+    def said(self) -> tuple[str, ...]:
+        """The other roots in words."""
+        return tuple(said(self.whole, r) for r in self.others) if self.whole else ()
 
 
-def others(result: VariantResult) -> tuple[str, ...]:
-    """The program's roots but the first divergence the search keeps: roots() puts those
-    that reach an output first, so the kept one need not be the first of the list."""
-    kept = set(result.first_divergence.values())
-    return tuple(said(r) for r in roots(result) if r.comparison.tensor not in kept)
-
-
-def baseline(programs: Programs, runner: Runner) -> Search[State]:
+def baseline(programs: Programs, runner: Runner, root: str = "") -> Search[State]:
     """The whole program, rebuilt as every candidate is: its outcome is the target."""
     original = programs.original
     whole = State(original.ops(), original.outputs())
@@ -129,7 +169,7 @@ def baseline(programs: Programs, runner: Runner) -> Search[State]:
             programs.variant.case.path,
             hint="Minimize a case that mismatches or fails (`reprokit run` shows its outcome).",
         )
-    target = Target.of(result, with_message=True)
+    target = Target.of(result, with_message=True, root=root)
     return Search(runner, target, whole, result, programs.variant_of, programs.ready, programs.size)
 
 
@@ -174,7 +214,8 @@ def write(
             graph.steps if graph else {},
             told,
             by_autograd is not None,
-            searches.others,
+            searches.said(),
+            searches.root,
         ),
     )
     last = chosen or graph  # the parameter search, once it started, has the last result
@@ -260,6 +301,7 @@ def _shrunk(
     short_inputs: str,
     by_autograd: bool,
     others: tuple[str, ...] = (),
+    root: str = "",
 ) -> GraphShrink:
     """What the program lost (operations, inputs, weights: before -> after), what each
     strategy cost, how the short repro writes its inputs and whether by autograd."""
@@ -274,4 +316,5 @@ def _shrunk(
         short_inputs=short_inputs,
         by_autograd=by_autograd,
         others=others,
+        root=root,
     )

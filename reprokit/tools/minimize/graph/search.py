@@ -124,8 +124,8 @@ def _frontier(original: Original, ops: tuple[str, ...], removed: set[str]) -> tu
 
 
 def truncate(search: Search[State], original: Original) -> None:
-    """Return only the first diverging operation, and drop every operation after it."""
-    first = next((t for t in search.best_result.first_divergence.values() if t), None)
+    """Return only the root kept, and drop every operation after it."""
+    first = search.target.found(search.best_result)  # the root kept
     match = _NODE.fullmatch(first or "")
     if search.target.outcome is not Outcome.MISMATCH or not match:
         return
