@@ -106,8 +106,8 @@ def _needing(tries: _Tries, passes: tuple[str, ...], said: str) -> Whose:
             return tries.done(
                 UNKNOWN if needed else LOWERING,
                 f"XLA:CPU cannot run it with every pass disabled ({said}); with every pass "
-                f"that changed the module but {_names(needed)} disabled it still differs "
-                f"(`XLA_FLAGS={_off(rest)}`): torch_xla's lowering, unless "
+                f"that changed the module but {_names(needed)} disabled it still differs: "
+                f"torch_xla's lowering, unless "
                 f"{_names(needed)} {'are' if len(needed) > 1 else 'is'} at fault."
                 if needed else f"With every pass that changed the module disabled it still "
                 f"differs (every pass disabled, XLA:CPU fails: {said}).",
