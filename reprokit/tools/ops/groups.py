@@ -108,7 +108,7 @@ def _known(group: Group, witness: dict[str, Any]) -> str:
     """The report of docs/examples this group is (by op and pass; an empty dim list for the
     reductions), or ""."""
     kwargs = (witness.get("described") or {}).get("kwargs", {})
-    if group.op in EMPTY_DIM and kwargs.get("dim") in ("[]", "()"):
+    if group.op in EMPTY_DIM and (kwargs.get("dim") in ("[]", "()") or group.kind == "shape"):
         return "empty_dim_reductions.md"
     found = KNOWN.get(group.op)
     if found is None or (found[1] is not None and found[1] != group.grad):

@@ -46,7 +46,7 @@ _BACKWARD = """\
 """
 
 _JUDGE = """\
-cpu, xla, ref = run("cpu"), run("xla"), run("cpu", f64=True)
+xla, cpu, ref = run("xla"), run("cpu"), run("cpu", f64=True)  # XLA first: its runtime up before autograd's first backward
 if (xla.dtype, xla.shape) != (cpu.dtype, cpu.shape) or not (cpu.is_floating_point() or cpu.is_complex()):
     same = (xla.dtype, xla.shape) == (cpu.dtype, cpu.shape) and torch.equal(xla, cpu)
     raise SystemExit(print(f"{{'XLA matches' if same else 'XLA DIFFERS'}}: xla {{xla.dtype}}{{list(xla.shape)}} {{xla.flatten()[:8].tolist()}}, cpu {{cpu.dtype}}{{list(cpu.shape)}} {{cpu.flatten()[:8].tolist()}}") or int(not same))
@@ -60,17 +60,16 @@ raise SystemExit(print("XLA DIFFERS") or 1 if odd or not (torch.allclose(x, c, {
 """
 
 _ERROR = """\
-cpu = run("cpu")
-try:
+try:  # XLA first: its runtime up before autograd's first backward
     xla = run("xla")
 except Exception as e:  # noqa: BLE001
+    cpu = run("cpu")
     raise SystemExit(print(f"XLA DIFFERS: CPU gives {{cpu.dtype}}{{list(cpu.shape)}}, XLA raises {{type(e).__name__}}: {{str(e).strip()[:300]}}") or 1) from None
 print(f"XLA matches: {{xla.dtype}}{{list(xla.shape)}}, no error")
 """
 
 _CRASH = """\
-cpu = run("cpu")
-print(f"CPU gives {{cpu.dtype}}{{list(cpu.shape)}}; now XLA (the sweep saw it {died}):", flush=True)
+print("XLA (the sweep saw it {died}):", flush=True)
 xla = run("xla")
 print(f"XLA gives {{xla.dtype}}{{list(xla.shape)}}: it did not {died}")
 """

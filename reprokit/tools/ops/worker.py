@@ -170,6 +170,10 @@ def _device(backend: str) -> str:
         raise SystemExit(f"backend {backend!r} is not available in this worker")
     import torch_xla  # noqa: F401 - registers the device
 
+    # The runtime up before any backward: autograd's engine sizes its per-device queues at its
+    # first backward, and one that ran on CPU before XLA had a device fails every XLA backward
+    # after it (an INTERNAL ASSERT on device_ready_queues_)
+    torch.zeros(1, device="xla").cpu()
     return "xla"
 
 
