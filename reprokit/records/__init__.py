@@ -16,7 +16,7 @@ from reprokit.records.comparison import (
     first_divergence,
 )
 from reprokit.records.environment import Environment, EnvSpec
-from reprokit.records.minimize import Change, GraphShrink, MinimizeResult, Step
+from reprokit.records.minimize import Change, GraphShrink, MinimizeResult, Step, Whose
 from reprokit.records.report import Reports
 from reprokit.records.run import (
     MARKS,
@@ -57,6 +57,7 @@ __all__ = [
     "Timed",
     "Triage",
     "VariantResult",
+    "Whose",
     "Worst",
     "XlaEvidence",
     "divergence_summary",

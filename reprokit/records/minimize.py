@@ -28,6 +28,36 @@ class Step:
     removed: int
 
 
+WHERE = {"torch_xla lowering": "pytorch/xla", "XLA pass": "openxla/xla", "torch": "pytorch/pytorch"}
+
+
+@dataclass(frozen=True)
+class Whose:
+    """Whose a short repro's difference is (reprokit.tools.whose, docs/whose.md), with the
+    evidence a maintainer reads."""
+
+    label: str  # "torch_xla lowering", "XLA pass NAME" or "unknown"
+    evidence: str  # one or two sentences
+    flags: str = ""  # the XLA_FLAGS that show it
+    hlo: tuple[str, ...] = ()  # the HLO text to attach
+    runs: int = 0  # runs of the repro it took
+    seconds: float = 0.0
+    passes: tuple[str, ...] = ()  # the passes bisected (those that changed the module)
+    command: str = ""  # the pass's difference in run_hlo_module form, for "XLA pass"
+
+    @property
+    def where(self) -> str:
+        """The repository to file with: pytorch/xla, openxla/xla, or "" when unknown."""
+        return WHERE.get("XLA pass" if self.label.startswith("XLA pass") else self.label, "")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Whose:
+        return from_json(cls, data, hlo=tuple, passes=tuple)
+
+
 @dataclass(frozen=True)
 class GraphShrink:
     """What the graph minimizer removed from a captured program, each figure before -> after:
@@ -52,6 +82,7 @@ class GraphShrink:
     # folders (beside summary.json) where each other root reaching an output was minimized
     root: str = ""
     elsewhere: tuple[str, ...] = ()
+    whose: Whose | None = None  # whose the short repro's difference is (None: not examined)
 
     @property
     def removed_nothing(self) -> bool:
@@ -72,6 +103,7 @@ class GraphShrink:
             "steps": [asdict(s) for s in self.steps],
             "others": list(self.others),
             "elsewhere": list(self.elsewhere),
+            "whose": self.whose.to_json() if self.whose else None,
             "removed_nothing": self.removed_nothing,  # derived: for readers of summary.json
         }
 
@@ -86,6 +118,7 @@ class GraphShrink:
             steps=lambda items: tuple(Step(**s) for s in items),
             others=tuple,
             elsewhere=tuple,
+            whose=Whose.from_json,
         )
 
 

@@ -44,10 +44,13 @@ def _ours(path: Path) -> bool:
 def _minimize_scratch(run_dir: Path, path: Path) -> bool:
     """A minimize folder's rejected candidates (``candidates/``: their run folders,
     ``programs/``: their .pt2 files): the search's scratch, not what a maintainer needs (the
-    minimal case and program, the repros, the summary)."""
+    minimal case and program, the repros, the summary), its own and those of each other
+    root's minimization (``roots/NAME/candidates/``)."""
     if not (run_dir / "minimal.toml").is_file():
         return False
-    return path.relative_to(run_dir).parts[0] in ("candidates", "programs")
+    parts = path.relative_to(run_dir).parts
+    at = 2 if parts[0] == "roots" and len(parts) > 2 else 0
+    return parts[at] in ("candidates", "programs")
 
 
 def _priority(path: Path) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from reprokit.comparison.roots import compared, described, roots
 from reprokit.records import Comparison, Outcome, Root, RunSummary, Triage, VariantResult
 from reprokit.reports.evidence import plain, script, too_large
-from reprokit.reports.model import Cell, Issue, Table, Text
+from reprokit.reports.model import Cell, Issue, Script, Table, Text
 
 MAX_FOLDED = 300  # lines of a case's own script shown folded (a captured program's harness never)
 MAX_OTHERS = 8  # other divergences listed
@@ -42,13 +42,14 @@ def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Iss
         return None
     return Issue(
         title=title(main, target, reference),
-        bug=_bug(first, main, target, reference),
+        bug=_bug(first, main, target, reference) + _whose(summary, first, main),
         witnesses=witnesses(main.comparison, target, reference),
         others=tuple(_other(r, *_sides(first, r.comparison)) for r in found[1 : MAX_OTHERS + 1]),
         **_repro(first, run_dir),
         expected=_expected(main.comparison, target, reference),
         context=_context(summary, first) + too_large(run_dir, first),
         not_run=_not_run(first),
+        hlo=_hlo(summary, run_dir),
     )
 
 
@@ -191,6 +192,47 @@ def _bug(variant: VariantResult, root: _Seen, target: str, reference: str) -> tu
         outputs = ", ".join(f"`{o}`" for o in root.reaches)
         lines.append(f"It reaches the program's output{'s' * (len(root.reaches) > 1)} {outputs}.")
     return tuple(lines)
+
+
+def _whose(summary: RunSummary, variant: VariantResult, root: _Seen) -> tuple[Text, ...]:
+    """Whose bug it is, from evidence (docs/whose.md): ``torch`` where CPU itself is off
+    float64 in the minimized repro (in a whole program, CPU's distance to a float64 run of the
+    whole is carried error, not its kernel's), ``precision`` where the triage took it away,
+    else what the minimization found with XLA's passes disabled."""
+    graph = summary.minimized.graph if summary.minimized else None
+    if graph is not None and (off := _cpu_off(root.comparison)):
+        return (f"**Whose:** torch. {off}: torch's CPU kernel is off float64 as well; file with "
+                "pytorch/pytorch.",)  # fmt: skip
+    if variant.triage in (Triage.HIGHEST, Triage.FLOAT32):
+        return (f"**Whose:** precision. The mismatch {Triage(variant.triage).said}: a matter of "
+                "the precision XLA computes in, not of a wrong kernel.",)  # fmt: skip
+    found = graph.whose if graph is not None else None
+    if found is None:
+        return ()
+    return (f"**Whose:** {found.label}. {found.evidence}",)
+
+
+def _hlo(summary: RunSummary, run_dir: Path) -> tuple[Script, ...]:
+    """The HLO text the label rests on (a short module: the op's lowering, or the module
+    before the blamed pass), as the minimization kept it."""
+    graph = summary.minimized.graph if summary.minimized else None
+    paths = [Path(run_dir) / p for p in (graph.whose.hlo if graph and graph.whose else ())]
+    texts = [(p.name, p.read_text(encoding="utf-8", errors="replace")) for p in paths
+             if p.is_file()]  # fmt: skip
+    return tuple(Script(name, text, text.count("\n")) for name, text in texts)
+
+
+def _cpu_off(c: Comparison) -> str:
+    """CPU far from float64 at a witness element (not by rounding: 1%, or not finite where
+    float64 is), said with the values; "" when it is not."""
+    for w in c.worst if _floating(c) else ():
+        if w.fp64 is None or not math.isfinite(w.fp64):
+            continue
+        if not math.isfinite(w.reference) or abs(w.reference - w.fp64) > 1e-2 * max(1, abs(w.fp64)):
+            dtype = reference_dtype(c) or c.dtype
+            return (f"CPU gives {value(w.reference, dtype)} where float64 gives "
+                    f"{value(w.fp64, 'float64')} at `{list(w.index)}`")  # fmt: skip
+    return ""
 
 
 def _trust(variant: VariantResult, root: _Seen) -> list[Text]:

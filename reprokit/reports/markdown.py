@@ -117,6 +117,8 @@ def _issue(report: Report, found: Issue) -> str:
     if found.witnesses is not None:  # the values first, then how far to trust the verdict
         parts += [*table(found.witnesses), ""]
     parts += _paragraphs(found.bug[1:])
+    for hlo in found.hlo:  # what the whose line rests on
+        parts += collapsed(f"{hlo.label} ({hlo.lines} lines of HLO)", fenced(hlo.text))
     if found.others:
         parts += ["Other differences of the same program, each born where its inputs agree:", ""]
         parts += [*(f"- {line}" for line in found.others), ""]

@@ -195,6 +195,7 @@ class Issue:
     expected: tuple[Text, ...]  # as values
     context: tuple[Text, ...]  # how it was found; what it was reduced from
     not_run: Text | None  # the backends this run could not try (a TPU, a GPU)
+    hlo: tuple[Script, ...] = ()  # the HLO that shows whose it is (reprokit.tools.whose)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,10 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reprokit.records._json import from_json
+from reprokit.records import Whose
 from reprokit.runner.options import Options
 
 if TYPE_CHECKING:  # minimize.graph's package imports torch: alone.py is imported when run
@@ -32,7 +31,6 @@ PASS = "XLA pass "  # + the pass's name
 ALL_OFF = "--xla_disable_all_hlo_passes=true"
 DUMP = "--xla_dump_to={} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=.*"
 FILES = ("repro.py", "inputs.pt")  # what a short repro's folder holds that it reads
-WHERE = {LOWERING: "pytorch/xla", PASS: "openxla/xla"}
 # module_0000.SyncTensorsGraph.5.0005.simplification.after_algsimp.before_simplify-sorts.txt
 STEP = re.compile(r"^(module_\d+\..+?)\.(\d{4})\.(.+)\.txt$")
 AFTER = re.compile(r"^([^.]+)\.after_([^.]+)\.before_[^.]+$")
@@ -41,32 +39,6 @@ PLUMBING = {"parameter", "tuple", "get-tuple-element", "constant", "copy", "bitc
 
 SHOWS, GONE, FAILS = "shows", "gone", "fails"
 NEEDED_MAX = 3  # passes XLA:CPU may need, found at about log2(passes) + 1 runs each
-
-
-@dataclass(frozen=True)
-class Whose:
-    """Whose a difference is, with the evidence a maintainer reads."""
-
-    label: str  # "torch_xla lowering", "XLA pass NAME" or "unknown"
-    evidence: str  # one or two sentences
-    flags: str = ""  # the XLA_FLAGS that show it
-    hlo: tuple[str, ...] = ()  # the HLO text to attach (paths under scratch)
-    runs: int = 0  # runs of the repro it took
-    seconds: float = 0.0
-    passes: tuple[str, ...] = ()  # the passes bisected (those that changed the module)
-    command: str = ""  # the pass's difference in run_hlo_module form, for "XLA pass"
-
-    @property
-    def where(self) -> str:
-        """The repository to file with: pytorch/xla, openxla/xla, or "" when unknown."""
-        return WHERE.get(PASS if self.label.startswith(PASS) else self.label, "")
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Whose:
-        return from_json(cls, data, hlo=tuple, passes=tuple)
 
 
 def whose(repro: Callable[[Path], None] | Path, options: Options, scratch: Path) -> Whose:

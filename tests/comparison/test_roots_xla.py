@@ -59,6 +59,13 @@ def test_the_root_reaching_the_gradients_heads_the_report_and_is_minimized(cli, 
     assert not (minimized / "roots").exists()  # the other root reaches nothing
     alone = run_alone(minimized)
     assert alone.returncode == 1 and "XLA DIFFERS" in alone.stdout, alone.stdout + alone.stderr
+    # whose: it still differs with every XLA pass disabled, and the HLO shows why (the
+    # boundaries compared inclusive: GE -1 and LE 1 pass the gradient where torch gives 0)
+    assert cli("report", minimized).exit_code == 0
+    text = (minimized / "report.md").read_text()
+    assert "**Whose:** torch_xla lowering. Still differs with every XLA pass disabled" in text
+    hlo = text.split("lines of HLO)</summary>")[1].split("</details>")[0]
+    assert "direction=GE" in hlo and "direction=LE" in hlo and "select(" in hlo
 
 
 def test_each_root_reaching_an_output_gets_its_own_short_repro(cli, tmp_path):

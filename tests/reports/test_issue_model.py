@@ -91,3 +91,36 @@ def test_a_tensor_judged_by_float64_alone_is_not_said_to_have_no_element_differ(
     text = report_of(bug, tmp_path=tmp_path)
     assert "0 of 4" not in text
     assert "each element is within rtol=0, atol=0 of CPU's, but the whole is farther" in text
+
+
+def minimized(*variants: VariantResult, whose=None) -> RunSummary:
+    from reprokit.records import GraphShrink, MinimizeResult
+
+    graph = GraphShrink(nodes=(2, 1), inputs=(1, 1), weights=(0, 0), whose=whose)
+    found = MinimizeResult(case="m", target="mismatch", changes=(), lines=(100, 20), candidates=3,
+                           cache_hits=0, seconds=1.0, stopped="done", graph=graph)  # fmt: skip
+    return RunSummary(started="", finished="", env=Environment(python="3.11"),
+                      variants=variants, minimized=found)  # fmt: skip
+
+
+def test_whose_is_said_from_evidence_torch_precision_or_what_minimize_found(tmp_path):
+    from reprokit.records import Whose
+
+    lowering = Whose("torch_xla lowering", "Still differs with every XLA pass disabled.",
+                     hlo=("whose/g.before_optimizations.txt",))  # fmt: skip
+    (tmp_path / "whose").mkdir()
+    (tmp_path / "whose" / "g.before_optimizations.txt").write_text("HloModule g\nROOT x\n")
+    text = markdown(build_report(minimized(relu_bug(), whose=lowering), tmp_path))
+    assert "**Whose:** torch_xla lowering. Still differs with every XLA pass disabled." in text
+    assert "<summary>g.before_optimizations.txt (2 lines of HLO)</summary>" in text
+    # CPU itself off float64 in the minimized repro: torch's kernel, whatever XLA's passes say
+    off = (Worst((1,), 1.5, 3.0, 1.5),)  # XLA 1.5 = float64, CPU 3.0
+    cpu_off = relu_bug(comparisons=(compared("node.0000.linear", True),
+                                    compared("node.0001.relu", False, worst=off)))  # fmt: skip
+    text = markdown(build_report(minimized(cpu_off, whose=lowering), tmp_path))
+    assert "**Whose:** torch. CPU gives 3 where float64 gives 1.5 at `[1]`" in text
+    assert "pytorch/pytorch" in text
+    # the triage took it away: precision; a whole program's run says nothing of CPU's kernel
+    text = report_of(relu_bug(triage="highest"), tmp_path=tmp_path)
+    assert "**Whose:** precision. The mismatch goes away at highest matmul precision" in text
+    assert "**Whose:**" not in report_of(cpu_off, tmp_path=tmp_path)

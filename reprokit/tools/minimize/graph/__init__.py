@@ -57,8 +57,10 @@ from reprokit.tools.minimize.search import (
     until_stopped,
 )
 from reprokit.tools.minimize.target import Target
+from reprokit.tools.whose import whose
 
 TEMPLATE = "exported_program"
+WHOSE = "whose"  # the folder of the HLO text whose() attaches
 # A training capture's joint graph is a program of the same kind: its candidates are subgraphs
 # of forward and backward operations, run by the training template (no gradients left to it:
 # one step of the graph as it is).
@@ -127,12 +129,8 @@ def each_other(
             break
     if not folders or record.graph is None:
         return record
-    record = dataclasses.replace(
-        record, graph=dataclasses.replace(record.graph, elsewhere=tuple(folders))
-    )
-    summary = read_summary(runner.out_dir)
-    write_summary(dataclasses.replace(summary, minimized=record), runner.out_dir)
-    return record
+    graph = dataclasses.replace(record.graph, elsewhere=tuple(folders))
+    return _rewritten(dataclasses.replace(record, graph=graph), runner.out_dir)
 
 
 @dataclass
@@ -222,10 +220,24 @@ def write(
     kept = last.best_result if last else None
     target = graph.target if graph else None
     write_out(out_dir, record, kept, minimal, target, write_scripts)
-    if stopped != "interrupted" and kept is not None:  # its output, for the report to show
-        written = functools.partial(short.write, script=pasted, stored_values=pasted_stored)
-        keep_output(written, [out_dir, out_dir / minimal.label], runner.options,
-                    out_dir / "candidates")  # fmt: skip
+    if stopped == "interrupted" or kept is None:
+        return record
+    written = functools.partial(short.write, script=pasted, stored_values=pasted_stored)
+    # its output, for the report to show
+    ran = keep_output(written, [out_dir, out_dir / minimal.label], runner.options,
+                      out_dir / "candidates")  # fmt: skip
+    if not ran.shows() or record.graph is None:
+        return record
+    found = whose(written, runner.options, out_dir / WHOSE)  # XLA's passes on the short repro
+    hlo = tuple(str(Path(p).relative_to(out_dir)) for p in found.hlo)
+    graph = dataclasses.replace(record.graph, whose=dataclasses.replace(found, hlo=hlo))
+    return _rewritten(dataclasses.replace(record, graph=graph), out_dir)
+
+
+def _rewritten(record: MinimizeResult, out_dir: Path) -> MinimizeResult:
+    """summary.json's search record replaced by ``record`` (what was found after writing)."""
+    summary = read_summary(out_dir)
+    write_summary(dataclasses.replace(summary, minimized=record), out_dir)
     return record
 
 

@@ -65,12 +65,13 @@ def run_alone(
 
 def keep_output(
     write: Callable[[Path], None], folders: list[Path], options: Options, scratch: Path
-) -> None:
+) -> Ran:
     """Run the repro ``write`` puts into a folder alone and write its transcript as repro.out
-    into each of ``folders`` (those it was written to)."""
-    text = run_alone(write, options, scratch).transcript(options.xla_device)
+    into each of ``folders`` (those it was written to); how it ran."""
+    ran = run_alone(write, options, scratch)
     for folder in folders:
-        (folder / OUTPUT).write_text(text, encoding="utf-8")
+        (folder / OUTPUT).write_text(ran.transcript(options.xla_device), encoding="utf-8")
+    return ran
 
 
 def _text(data: bytes | str | None) -> str:
