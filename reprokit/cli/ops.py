@@ -81,6 +81,7 @@ def ops_(
             timeout=timeout,
             argv=sys.argv,
             progress=progress,
+            announce=lambda line: err.print(escape(line), highlight=False),
         )
     except Interrupted as stopped:
         out.print(

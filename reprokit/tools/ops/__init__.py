@@ -75,6 +75,7 @@ class _Asked:
     versions: dict[str, str]
     argv: list[str]
     begun: float
+    announce: Callable[[str], None] | None = None
 
 
 def sweep_ops(
@@ -90,6 +91,7 @@ def sweep_ops(
     timeout: float = SAMPLE_TIMEOUT,
     argv: list[str] | None = None,
     progress: Callable[[Progress], None] | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> OpsSweep:
     """Sweep the OpInfos ``names`` (all of them when empty) into ``out_dir``: ops.json,
     report.md and a repro per group. Raises :class:`Interrupted` (with what finished) on
@@ -107,6 +109,7 @@ def sweep_ops(
         _versions(),
         list(argv or []),
         time.monotonic(),
+        announce,
     )
     asked.out_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -245,6 +248,11 @@ def _finish(
         old.unlink()
     found = grouping.write_repros(found, codes, calls, out_dir, witness)
     if not interrupted:
+        if asked.announce:
+            written = sum(g.repro is not None for g in found)
+            asked.announce(
+                f"ops: each of {written} repros run alone ({asked.options.jobs} at once)"
+            )
         found = grouping.check_alone(found, out_dir, asked.options, asked.versions)
     sweep = OpsSweep(
         argv=asked.argv,
