@@ -20,7 +20,7 @@ SUMMARY = "summary.json"
 
 
 class Outcome(enum.StrEnum):
-    """How a variant ended (DESIGN.md "Outcomes")."""
+    """How a variant ended (docs/contract.md, "Outcomes")."""
 
     MATCH = "match"
     MISMATCH = "mismatch"
@@ -67,10 +67,14 @@ class Stage:
     of: str | None = None
     # NAME=REQUIREMENTS: the stage runs in that environment's python (environment/uv.py)
     env: str | None = None
+    # runs only where the variant's other stages, judged first, do not match: it localises
+    # what they found (a captured program's xla stage, recording every operation)
+    on_mismatch: bool = False
 
     def to_json(self) -> dict[str, Any]:
         found = {**asdict(self), "needs": list(self.needs)}
-        return found if self.env else {k: v for k, v in found.items() if k != "env"}
+        unset = {k for k in ("env", "on_mismatch") if not found[k]}  # written only where set
+        return {k: v for k, v in found.items() if k not in unset}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Stage:
@@ -197,6 +201,9 @@ class VariantResult:
     fusion: tuple[Comparison, ...] = ()  # the faithful outputs against the instrumented ones
     fusion_nodes: tuple[str, ...] = ()  # narrow = true: the fewest recordings that change them
     own_divergence: dict[str, str | None] = field(default_factory=dict)
+    # judged on the stages that ran first (a captured program's outputs): its on_mismatch
+    # stages, which localise, were left out because those matched
+    outputs_only: bool = False
 
     def __post_init__(self) -> None:  # the dict it was: {"name": ..., "requirements": [...]}
         if isinstance(self.env, Mapping):

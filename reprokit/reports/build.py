@@ -180,6 +180,9 @@ def expected(variants: list[VariantResult]) -> tuple[Text, ...]:
         if v.observed or v.expected_from not in (None, "[expect]"):
             where = f"; observed: {plain(v.observed)}" if v.observed else ""
             line += f" (the case's {v.expected_from or '[expect]'}{where})"
+        if v.outputs_only:
+            line += (" It was judged on its outputs, which matched: no operation was recorded on"
+                     " XLA (`--set nodes=all` records every one).")  # fmt: skip
         lines.append(line)
     return tuple(lines)
 

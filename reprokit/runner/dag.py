@@ -122,6 +122,7 @@ def checked_stages(data: Any) -> list[Stage]:
                 item.get("role"),
                 item.get("of"),
                 item.get("env"),
+                item.get("on_mismatch") is True,
             )
         )
     check_dag(stages)

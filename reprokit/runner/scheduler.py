@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,7 +40,7 @@ from reprokit.infra.offload import Offload, here
 from reprokit.infra.pause import pause
 from reprokit.infra.redact import redact_text
 from reprokit.infra.torch_import import import_module
-from reprokit.records import RunSummary, Stage, StageResult, Status, VariantResult
+from reprokit.records import Outcome, RunSummary, Stage, StageResult, Status, VariantResult
 from reprokit.runner import backends, signals
 from reprokit.runner.cache import CachingExecutor
 from reprokit.runner.dag import blocked
@@ -166,6 +166,9 @@ class _State:
     start: float = 0.0
     reason: str | None = None  # when its stage list could not be had
     compares: bool = False  # some stage of its plan names a reference: tensors to compare
+    # its on_mismatch stages: None while the others are not yet judged, then whether they run
+    # (False: the others match, and those stages are left out of the variant)
+    localise: bool | None = None
 
     @property
     def variant(self) -> Variant:
@@ -181,7 +184,8 @@ class _State:
         return self.phase is Phase.RUNNING and len(self.results) == len(self.stages)
 
     def ready(self) -> list[Stage]:
-        """Stages whose needs all ended well, not yet started."""
+        """Stages whose needs all ended well, not yet started (an on_mismatch stage only once
+        the others were judged not to match)."""
         if self.phase is not Phase.RUNNING:
             return []
         done = self.results
@@ -190,8 +194,27 @@ class _State:
             for stage in self.stages
             if stage.name not in done
             and stage.name not in self.running
+            and (not stage.on_mismatch or self.localise)
             and all(n in done and done[n].status is Status.OK for n in stage.needs)
         ]
+
+    @property
+    def to_judge_first(self) -> bool:
+        """Every stage but the on_mismatch ones has a result, and those wait for the verdict
+        of the others."""
+        waiting = [s for s in self.stages if s.name not in self.results]
+        return (self.phase is Phase.RUNNING and self.localise is None and bool(waiting)
+                and not self.running and all(s.on_mismatch for s in waiting))  # fmt: skip
+
+    def judged_first(self, options: Options, offload: Offload) -> bool:
+        """Whether the stages that ran, judged alone, fall short of a match (an on_mismatch
+        stage then runs to localise it)."""
+        ran = [s for s in self.stages if not s.on_mismatch]
+        found = verdict(
+            self.variant, ran, self.results, self.folder, 0.0, self.reason,
+            cached=options.cache, xla_device=options.xla_device, offload=offload,
+        )  # fmt: skip
+        return found.outcome is not Outcome.MATCH
 
     def job(self, stage: Stage) -> StageJob:
         """What the executor needs to run ``stage``: the variant's whole DAG too."""
@@ -215,6 +238,8 @@ class _State:
             xla_device=options.xla_device,
             offload=offload,
         )
+        if self.localise is False:  # judged on the stages that ran: the outputs
+            found = replace(found, outputs_only=True)
         if not options.keep_tensors:  # summary.json has the comparisons: the rest may go
             reduce_variant(self.folder, found, cached=options.cache, offload=offload)
         pause("verdict-computed")
@@ -301,6 +326,13 @@ class _Scheduler:
                     functools.partial(state.verdict, self.options, self.offload),
                     lambda f, s=state: self._judged(s, f.result()),
                 )
+        for state in self.active:
+            if state.to_judge_first:
+                state.localise = False  # not None: submitted once
+                return self._submit(
+                    functools.partial(state.judged_first, self.options, self.offload),
+                    lambda f, s=state: self._localised(s, f.result()),
+                )
         deferred = None  # a stage that would wait for its warm server: other work first
         for state in self.active:
             for stage in state.ready():
@@ -362,6 +394,13 @@ class _Scheduler:
         state.compares = found.compares
         if state.compares and not self.options.cache:  # nothing reused: its tensors are new
             self._prewarm_compare()
+
+    def _localised(self, state: _State, differs: bool) -> None:
+        """The others judged: an on_mismatch stage runs where they do not match, and is left
+        out of the variant where they do."""
+        state.localise = differs
+        if not differs:
+            state.stages = [s for s in state.stages if not s.on_mismatch]
 
     def _start_stage(self, state: _State, stage: Stage) -> bool:
         state.running.add(stage.name)

@@ -469,3 +469,25 @@ def test_a_stage_waiting_for_its_warm_server_leaves_its_slot_to_other_work(tmp_p
     xla_at = [i for i, started in enumerate(warming.started) if started.endswith("/xla")]
     assert xla_at[0] <= 1 and xla_at[1:] == [4, 5], warming.started
     assert not warming.waited_out  # the CPU stages ran meanwhile: none waited the import out
+
+
+@pytest.mark.parametrize("differs", [False, True])
+def test_an_on_mismatch_stage_runs_only_where_the_others_do_not_match(tmp_path, differs):
+    """A captured program's xla stage records every operation only where xla_faithful's
+    outputs differ: the stage is left out of a match (not run, not skipped), which says it was
+    judged on the stages that ran."""
+    folder = DATA / "localising"
+    variants = load_variants(["localise"], sets={"differs": differs}, cases=[folder],
+                             templates=[folder])  # fmt: skip
+    options = Options(jobs=2, timeout=TIMEOUT, templates=(folder,))
+    summary = run(variants, run_dir=tmp_path / "run", options=options, argv=["test"])
+    (variant,) = summary.variants
+    ran = [stage.name for stage in variant.stages]
+    if differs:
+        assert variant.outcome is Outcome.MISMATCH and not variant.outputs_only
+        assert ran == ["first", "second", "localise"]
+    else:
+        assert variant.outcome is Outcome.MATCH and variant.outputs_only
+        assert ran == ["first", "second"]
+        assert not (tmp_path / "run" / variant.label / "stages" / "localise").exists()
+    assert read_summary(tmp_path / "run").variants[0].outputs_only is not differs

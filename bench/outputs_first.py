@@ -1,0 +1,133 @@
+"""Outputs first: a captured program's default run against `--set nodes=outputs` and `nodes=all`.
+
+    .venv/bin/python bench/outputs_first.py [--repeat 2] [--jobs 2] [--only NAME,...]
+
+A captured program's default (`nodes = "auto"`) judges the outputs first (ref_fp64 and cpu
+record while they run, xla_faithful computes the outputs as one graph) and runs the xla stage
+that records every operation on XLA only where they differ. Side by side, for each model:
+
+- one that matches (torchvision's swin_t at 64 px, the 6-layer encoder of bench/capture.py):
+  the default against `--set nodes=outputs` (target: at most 1.2x the wall time, 1.1x the
+  peak memory) and against `--set nodes=all` (every operation recorded, as before);
+- one that differs (swin_t with a fault injected, bfloat16 mobilenet_v3_small): the default
+  against `--set nodes=all` (target: at most 1.1x), with the first divergence each names
+  (they must be the same).
+
+Each run is `reprokit run CASE -o DIR --no-cache -n JOBS` in a fresh folder, the sides taking
+turns (ABBA: each pair shares much the same load), after one untimed run that leaves the warm
+servers as a user's previous run would. The wall time is the median over the rounds. Peak
+memory is each side's largest stage, measured once per side with `--cold` (every stage a
+child of the run, so that RUSAGE_CHILDREN's ru_maxrss is the largest one's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPROKIT = [sys.executable, "-m", "reprokit"]
+
+
+def captured(folder: Path) -> dict[str, tuple[Path, list[str]]]:
+    """Each model's case and the --set it runs with."""
+    sys.path.insert(0, str(HERE))
+    from capture import encoder  # bench/capture.py's 6-layer encoder
+
+    from reprokit.tools.capture import capture
+    from reprokit.tools.zoo import capture_named, parse
+
+    swin = capture_named(parse("torchvision:swin_t"), out_dir=folder / "swin")
+    mobilenet = capture_named(parse("torchvision:mobilenet_v3_small"), out_dir=folder / "mnet")
+    model, inputs = encoder(6, 8, 128)
+    enc = capture(model, inputs, out_dir=folder / "encoder", name="encoder")
+    return {
+        "swin_t": (swin, []),
+        "encoder": (enc, []),
+        "swin_t fault": (swin, ["--set", f"perturb_node={_layer_norm(swin)}"]),
+        "mobilenet_v3_small bf16": (mobilenet, ["--set", "dtype=bfloat16"]),
+    }
+
+
+def _layer_norm(case: Path) -> str:
+    """The name of the program's fifth layer_norm, where a fault reaches the outputs."""
+    import torch
+
+    program = torch.export.load(next(case.parent.glob("*.pt2")))
+    graph = program.graph_module.graph
+    tensor = torch.Tensor
+    nodes = [n for n in graph.nodes
+             if n.op == "call_function" and isinstance(n.meta.get("val"), tensor)]  # fmt: skip
+    found = [f"node.{i:04d}.layer_norm" for i, n in enumerate(nodes)
+             if n.target.__name__.startswith("layer_norm")]  # fmt: skip
+    return found[4]
+
+
+def run(case: Path, sets: list[str], jobs: int, cold: bool = False) -> tuple[float, str, int]:
+    """Wall seconds, the first divergence it named, and (cold) the largest stage's peak KiB."""
+    out = Path(tempfile.mkdtemp(prefix="outputs-first-"))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.monotonic()
+    command = [*REPROKIT, "run", str(case), "-o", str(out), "--no-cache", "-n", str(jobs), *sets]
+    done = subprocess.run([*command, *(["--cold"] if cold else [])], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    seconds = time.monotonic() - start
+    if done.returncode not in (0, 1):
+        sys.exit(f"{' '.join(command)} exit {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    (variant,) = json.loads((out / "summary.json").read_text())["variants"]
+    first = next((t for t in variant["first_divergence"].values() if t), "-")
+    shutil.rmtree(out)
+    return seconds, first, peak if peak > before else 0
+
+
+def compare(name: str, case: Path, sets: list[str], other: list[str], args) -> None:
+    """The default against ``other``, side by side; wall time, memory, first divergence."""
+    sides = {"default": sets, " ".join(other[1::2]): [*sets, *other]}
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    firsts: dict[str, str] = {}
+    for round_ in range(args.repeat):
+        order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+        for side in order:
+            seconds, firsts[side], _ = run(case, sides[side], args.jobs)
+            times[side].append(seconds)
+    peaks = {side: run(case, sides[side], args.jobs, cold=True)[2] for side in sides}
+    (a, b) = sides
+    wall = {side: statistics.median(times[side]) for side in sides}
+    print(f"{name}: {a} {wall[a]:.1f} s, {b} {wall[b]:.1f} s: {wall[a] / wall[b]:.2f}x wall; "
+          f"largest stage {peaks[a] / 1024:.0f} MiB vs {peaks[b] / 1024:.0f} MiB: "
+          f"{peaks[a] / max(peaks[b], 1):.2f}x; first divergence {firsts[a]} / {firsts[b]}; "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", default="", help="models by name, comma-separated")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        models = captured(Path(folder))
+        chosen = [m for m in models if not args.only or m in args.only.split(",")]
+        warm_case, warm_sets = models[chosen[0]]
+        run(warm_case, [*warm_sets, "--set", "nodes=outputs"], args.jobs)  # warm servers up
+        for name in chosen:
+            case, sets = models[name]
+            if "fault" in name or "bf16" in name:  # differs: against today's full recording
+                compare(name, case, sets, ["--set", "nodes=all"], args)
+                continue
+            compare(name, case, sets, ["--set", "nodes=outputs"], args)
+            compare(name, case, sets, ["--set", "nodes=all"], args)
+
+
+if __name__ == "__main__":
+    main()
