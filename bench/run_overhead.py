@@ -58,7 +58,7 @@ sys.exit(0 if summary.count(False) == 0 else 1)
 
 
 def library(case: str, run_dir: Path) -> float:
-    """reprokit.run.run() without the CLI: what the harness costs, apart from CLI imports."""
+    """reprokit.run() without the CLI: what the harness costs, apart from CLI imports."""
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _API, case, str(run_dir)], capture_output=True)
     if done.returncode != 0:

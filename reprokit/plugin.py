@@ -1,7 +1,7 @@
 """The pytest plugin: ``pytest cases/`` runs every variant of every case file as a test item.
 
 Registered by entry point (``pytest11``), so that any project with reprokit installed can keep
-its reported bugs as regression checks. Each item goes through the same ``reprokit.run.run``
+its reported bugs as regression checks. Each item goes through the same ``reprokit.run``
 as ``reprokit run``, so outcomes agree; an item fails when its outcome is not the case's
 expectation, with a few lines in pytest.approx's manner; it is skipped when its backend is
 missing here. Items on an exclusive accelerator never run two at once: each holds the

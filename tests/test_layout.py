@@ -4,9 +4,14 @@ torch."""
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import reprokit
 from reprokit.records import (
@@ -129,6 +134,75 @@ def test_the_layer_check_finds_an_upward_import():
 def test_the_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+ROOT = PACKAGE.parent
+# A dotted path into the package, as docs, docstrings and pyproject.toml name one (not a file
+# name such as reprokit.toml, nor part of a longer word or path)
+DOTTED = re.compile(r"(?<![\w./-])reprokit(?:\.[A-Za-z_]\w*)+(?![\w-])")
+FILE_SUFFIXES = (".py", ".toml", ".j2", ".md", ".json", ".pt2", ".txt")
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``a.b.c`` names something: its longest importable module, then attributes
+    (``reprokit.run`` is the facade's function, PEP 562)."""
+    parts = dotted.split(".")
+    if "__main__" in parts:  # importing it runs the CLI
+        return dotted == "reprokit.__main__"
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ImportError:  # a parent that is no package: reprokit.run.run
+            found = False
+        if found:
+            thing = importlib.import_module(name)
+            return all((thing := getattr(thing, part, None)) is not None for part in parts[i:])
+    return False
+
+
+def unresolved(text: str) -> list[str]:
+    """The dotted reprokit paths in ``text`` that name nothing."""
+    named = (m.group(0) for m in DOTTED.finditer(text))
+    return sorted({n for n in named if not n.endswith(FILE_SUFFIXES) and not resolves(n)})
+
+
+def where_paths_are_named() -> list[Path]:
+    """The docs, pyproject.toml, and the package's, templates' and benchmarks' sources."""
+    return [ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "docs").rglob("*.md")),
+            *sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "templates").glob("*.j2")),
+            *sorted((ROOT / "bench").glob("*.py"))]  # fmt: skip
+
+
+def test_every_module_path_the_docs_code_and_pyproject_name_exists():
+    missing = {
+        path.relative_to(ROOT).as_posix(): found
+        for path in where_paths_are_named()
+        if (found := unresolved(path.read_text("utf-8")))
+    }
+    assert missing == {}
+
+
+def test_the_path_check_finds_a_path_that_names_nothing():
+    text = "found by reprokit.render.builtin_dir, run by ``reprokit.run.run``; reprokit.toml"
+    assert unresolved(text) == ["reprokit.render.builtin_dir", "reprokit.run.run"]
+    named = "reprokit.generate.templates.builtin_dir, reprokit.run, reprokit.plugin"
+    assert unresolved(named) == []
+
+
+def test_no_file_cites_the_founders_design():
+    """The founders' design document is not in the repository and users do not have it: the
+    contract is the README and docs/contract.md, which is what a file cites."""
+    design = "DESIGN" + ".md"  # spelled apart: this file is one of those checked
+    command = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
+    try:
+        listed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    files = [ROOT / name for name in listed.stdout.splitlines()]
+    citing = [f.relative_to(ROOT).as_posix() for f in files
+              if f.is_file() and design.encode() in f.read_bytes()]  # fmt: skip
+    assert citing == []
 
 
 BLOCK_TORCH = "import sys; sys.modules['torch'] = None; from reprokit.cli import main; main()"

@@ -1,6 +1,6 @@
 """The verdict of one variant: its outcome, from its stages and its comparisons.
 
-Outcome (DESIGN.md "Outcomes"): the first failing stage's (error, crash, timeout), in DAG
+Outcome (docs/contract.md, "Outcomes"): the first failing stage's (error, crash, timeout), in DAG
 order so that ``-n 1`` and ``-n 2`` agree; else skipped when a backend is missing here; else
 mismatch when a tensor is outside tolerance; else match. The comparisons come from pairs.py
 (reprokit.comparison.tensors, the engine ``reprokit diff`` uses too); torch is imported only

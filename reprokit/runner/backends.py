@@ -1,4 +1,4 @@
-"""Backends (DESIGN.md "Backends"): each stage's environment, device, and availability here.
+"""Backends (docs/contract.md, "Backends"): each stage's environment, device, and availability here.
 
 The harness sets a stage's environment itself, because a hand-written template may not; our
 own scripts set it too, so that they also run without reprokit. Nothing here imports torch:

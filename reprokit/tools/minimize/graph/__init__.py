@@ -10,7 +10,7 @@ the short ``repro.py`` a maintainer pastes (:mod:`~reprokit.tools.minimize.graph
 ``inputs.pt`` only when neither literals nor seeded random inputs show the outcome, which one
 more oracle run checks), the stage-protocol ``repro_stages.py`` beside it, and a summary.json
 that ``reprokit report`` reads, with the search's record
-(:class:`~reprokit.records.run.GraphShrink` in ``run.minimized.graph``). The oracle's run
+(:class:`~reprokit.records.minimize.GraphShrink` in ``run.minimized.graph``). The oracle's run
 folders go under ``candidates/`` and the candidates' programs under ``programs/``: the
 bundle leaves both out. Budget and Ctrl-C stop it with the best found so far written out.
 """
