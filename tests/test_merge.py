@@ -129,3 +129,29 @@ def test_runs_of_a_case_given_by_path_merge_without_cases(cli, tmp_path):
     (found,) = read_summary(tmp_path / "merged").variants
     assert found.outcome is Outcome.MATCH and found.comparisons
     assert {c.rtol for c in found.comparisons} == {1e-4}  # the carried case's tolerances
+
+
+def test_runs_made_with_templates_merge_without_them(cli, tmp_path):
+    """The run folders hold each variant's script and case: the template the case names, from
+    --templates when the runs were made, is not needed again to judge the merged stages."""
+    from reliability_common import FAULT_TEMPLATES
+
+    case = tmp_path / "mine" / "faulty_pair.toml"
+    case.parent.mkdir()
+    case.write_text(
+        '[case]\ntitle = "mine"\ntemplate = "faults"\n[params]\nnap = 0.0\n'
+        "[matrix]\ni = [0, 1]\n[compare]\nrtol = 1e-3\natol = 0\n"
+    )
+    for name, stages in (("first", "first,aside"), ("second", "second")):
+        made = cli("run", case, "--templates", FAULT_TEMPLATES, "--stages", stages, "-o",
+                   tmp_path / name)  # fmt: skip
+        assert made.exit_code == 0, made.output
+    merged = cli("merge", tmp_path / "first", tmp_path / "second", "-o", tmp_path / "merged")
+    assert merged.exit_code == 0, merged.output
+    found = read_summary(tmp_path / "merged").variants
+    assert [v.label for v in found] == ["faulty_pair[0]", "faulty_pair[1]"]
+    assert all(v.outcome is Outcome.MATCH and v.passed for v in found)
+    assert {(c.target, c.reference, c.rtol, c.atol) for v in found for c in v.comparisons} == {
+        ("second", "first", 1e-3, 0.0)  # the carried case's tolerances
+    }
+    assert [v.changed for v in found] == [{}, {"i": 1}]  # as the runs recorded them

@@ -10,16 +10,22 @@ answer the question.
 
 from __future__ import annotations
 
+import re
 import shutil
+import tempfile
 import threading
+import tomllib
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import tomli_w
+
 from reprokit.comparison.verdict import verdict
 from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.cases import find_cases, load_case
+from reprokit.generate.templates import SUFFIX, find_template
 from reprokit.generate.variants import Variant, variant_of
 from reprokit.records import (
     Machine,
@@ -200,4 +206,40 @@ def _variant(
                 f"the case {recorded.case!r} of the merged runs is not here: {exc.message}",
                 hint="Point at it with --cases DIR.",
             ) from None
-    return variant_of(recorded, load_case(path, templates=templates))
+    with tempfile.TemporaryDirectory(prefix="reprokit-merge-") as folder:
+        found = [*templates, *_standing_in(path, recorded, templates, Path(folder))]
+        return variant_of(recorded, load_case(path, templates=found))
+
+
+def _standing_in(
+    case: Path, recorded: VariantResult, templates: list[Path], folder: Path
+) -> list[Path]:
+    """``[folder]`` holding a stand-in for the case's template when neither ``templates`` nor
+    the built-in ones have it (a run made with ``--templates DIR``, merged without), else
+    ``[]``. The script is rendered already (repro.py, the same in every run); what judging it
+    takes of the case is its own tables: tolerances, expectations, variables. The stand-in
+    declares the parameters the run recorded, each at its recorded value, with a type that
+    takes every value the template took (numbers as float, which takes int too)."""
+    try:
+        name = tomllib.loads(case.read_text("utf-8"))["case"]["template"]
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, TypeError):
+        return []  # a broken case file: load_case says where
+    if not isinstance(name, str) or not _TEMPLATE_NAME.fullmatch(name):
+        return []  # not a template's name: load_case refuses it
+    try:
+        find_template(name, templates)
+        return []
+    except ReprokitError:
+        pass  # not here (a template that is here but broken: load_case says where)
+    params = {
+        key: {"type": _TYPE_OF.get(type(value), "str"), "default": value, "help": "as recorded"}
+        for key, value in recorded.variant.items()
+    }
+    front = tomli_w.dumps({"title": f"{name} (a stand-in: not here)", "params": params})
+    (folder / f"{name}{SUFFIX}").write_text(f"{{#- reprokit\n{front}-#}}\n", "utf-8")
+    return [folder]
+
+
+_TEMPLATE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")  # as find_template takes one
+# A recorded parameter's type as a template declares it (generate/templates.py's _TYPES)
+_TYPE_OF = {bool: "bool", int: "float", float: "float", str: "str", list: "list"}
