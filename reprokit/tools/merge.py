@@ -229,8 +229,9 @@ def _standing_in(
     try:
         find_template(name, templates)
         return []
-    except ReprokitError:
-        pass  # not here (a template that is here but broken: load_case says where)
+    except ReprokitError as exc:
+        if exc.path is not None:  # here but broken: load_case says where
+            return []
     params = {
         key: {"type": _TYPE_OF.get(type(value), "str"), "default": value, "help": "as recorded"}
         for key, value in recorded.variant.items()
