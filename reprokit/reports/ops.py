@@ -131,11 +131,12 @@ def _platform(sweep: OpsSweep) -> list[str]:
         return []
     ops = ", ".join(f"`{o}`" for o in flushed["ops"][:60])
     more = f" and {len(flushed['ops']) - 60} more" if len(flushed["ops"]) > 60 else ""
+    samples, count = _count(flushed["samples"], "sample"), _count(len(flushed["ops"]), "op")
     return [
         "## Subnormal flushing (the platform, once)",
         "",
-        f"XLA:CPU flushes subnormal inputs and results to zero: {flushed['samples']:,} "
-        f"samples differ only so, in {len(flushed['ops'])} ops: {ops}{more}.",
+        f"XLA:CPU flushes subnormal inputs and results to zero: {samples} differ only so, in "
+        f"{count}: {ops}{more}.",
         "",
     ]
 
@@ -154,6 +155,10 @@ def _cpu_wrong(sweep: OpsSweep) -> list[str]:
         passed = "backward" if e["grad"] else "forward"
         lines.append(f"| {op} | {e['dtype']} | {passed} | {e['samples']} | {_cell(e['detail'])} |")
     return [*lines, ""]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
 def _cell(text: str) -> str:
