@@ -44,10 +44,22 @@ def test_collect_env_gives_the_same_fields_without_running_pip():
 
 def test_versions_are_read_again_after_an_install(tmp_path, monkeypatch):
     """Kept between calls (a run asks 6 times), but not past an install into sys.path."""
+    read = []
+    version = machine.metadata.version
+
+    def counted(name: str) -> str:
+        read.append(name)
+        return version(name)
+
+    monkeypatch.setattr(machine.metadata, "version", counted)
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert machine.versions()["jax"] is None
-    assert machine.versions() == machine.versions()
+    machine._versions.cache_clear()
+    first = machine.versions()
+    assert first["jax"] is None and sorted(read) == sorted(machine.PACKAGES)
+    read.clear()
+    assert machine.versions() == first and read == []  # kept: no package's metadata read again
     found = tmp_path / "jax-9.9.dist-info"  # what pip or uv leaves in site-packages
     found.mkdir()
     (found / "METADATA").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 9.9\n")
     assert machine.versions()["jax"] == "9.9"
+    assert sorted(read) == sorted(machine.PACKAGES)  # read again, once
