@@ -141,8 +141,15 @@ def sweep_ops(
 
         if progress:
             progress(Progress(cached, len(tasks), len(records), time.monotonic() - asked.begun))
+
+        def tick() -> None:
+            if progress:
+                seconds = time.monotonic() - asked.begun
+                samples = len(records) + pool.in_flight()
+                progress(Progress(counted[0], len(tasks), samples, seconds))
+
         try:
-            pool.run(pending, finished)
+            pool.run(pending, finished, tick)
         except KeyboardInterrupt:
             stop.set()
             pool.close()

@@ -13,6 +13,7 @@ import json
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ WORKER = Path(__file__).with_name("worker.py")
 BATCH = 40  # tasks a worker is given at once: its start (~5 s) spread over many samples
 RESTARTS = 200  # new workers one batch may take (one per crash) before the rest is refused
 CRASHES = 3  # samples of one task that may kill a worker; its other samples are then not run
+TICK = 5.0  # seconds between looks at the samples judged in the workers at work
 NEVER = 1 << 30  # a task's ``start`` that runs none of its samples (only ``describe`` them)
 OVERALL = 3 * 3600.0  # seconds a worker may live at most (each sample has its own timeout)
 
@@ -84,6 +86,7 @@ class Pool:
         self.executor = WarmExecutor(options)
         self._count = 0
         self._lock = threading.Lock()
+        self._running: set[Path] = set()  # the folders of the workers at work
 
     def close(self) -> None:
         self.executor.close()
@@ -96,7 +99,24 @@ class Pool:
                 return line["listing"]
         raise RuntimeError(f"the worker listed nothing ({_ending(ended)}): {self._tail()}")
 
-    def run(self, tasks: list[Task], done: Callable[[Task, list[dict[str, Any]]], None]) -> None:
+    def in_flight(self) -> int:
+        """Samples judged so far by the workers at work (their tasks not yet done)."""
+        with self._lock:
+            folders = list(self._running)
+        count = 0
+        for folder in folders:
+            try:
+                count += (folder / "out.jsonl").read_bytes().count(b'"record"')
+            except OSError:
+                continue
+        return count
+
+    def run(
+        self,
+        tasks: list[Task],
+        done: Callable[[Task, list[dict[str, Any]]], None],
+        tick: Callable[[], None] | None = None,
+    ) -> None:
         """Every task's samples judged, ``done(task, records)`` called as each task ends (from
         the workers' threads, one at a time); returns when all ended or the sweep stopped."""
         by_id = {t.id: t for t in tasks}
@@ -122,9 +142,13 @@ class Pool:
         threads = [threading.Thread(target=serve, daemon=True) for _ in range(self.options.jobs)]
         for thread in threads:
             thread.start()
+        last = time.monotonic()
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.2)
+                if tick and time.monotonic() - last > TICK:
+                    last = time.monotonic()
+                    tick()
 
     def _batch(self, batch: _Batch, finish: Callable) -> _Batch | None:
         """Run one batch in one worker; the batch left to do when it died (else None)."""
@@ -180,7 +204,13 @@ class Pool:
         env = stage_env("xla", self.options.xla_device)
         logs = [folder / "stdout.log", folder / "stderr.log"]
         how = Launch(command, "ops-worker", "xla", env, folder, logs, OVERALL)
-        ended, _ = self.executor.start(how, self.stop)
+        with self._lock:
+            self._running.add(folder)
+        try:
+            ended, _ = self.executor.start(how, self.stop)
+        finally:
+            with self._lock:
+                self._running.discard(folder)
         self._last = folder
         return _read_lines(folder / "out.jsonl"), ended
 
