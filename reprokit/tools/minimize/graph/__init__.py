@@ -229,7 +229,7 @@ def write(
     if not ran.shows() or record.graph is None:
         return record
     found = whose(written, runner.options, out_dir / WHOSE)  # XLA's passes on the short repro
-    hlo = tuple(str(Path(p).relative_to(out_dir)) for p in found.hlo)
+    hlo = tuple(str(Path(p).relative_to(out_dir.resolve())) for p in found.hlo)  # resolved
     graph = dataclasses.replace(record.graph, whose=dataclasses.replace(found, hlo=hlo))
     return _rewritten(dataclasses.replace(record, graph=graph), out_dir)
 
