@@ -209,7 +209,9 @@ def _whose(summary: RunSummary, variant: VariantResult, root: _Seen) -> tuple[Te
     found = graph.whose if graph is not None else None
     if found is None:
         return ()
-    return (f"**Whose:** {found.label}. {found.evidence}",)
+    run = (f" In XLA's own tools: `{found.command}` (with the repro's input values: "
+           "`--input_literals_file`).") if found.command else ""  # fmt: skip
+    return (f"**Whose:** {found.label}. {found.evidence}{run}",)
 
 
 def _hlo(summary: RunSummary, run_dir: Path) -> tuple[Script, ...]:

@@ -127,8 +127,9 @@ def _bisect(tries: _Tries, passes: tuple[str, ...], needed: Sequence[str] = ()) 
         f"{f' ({_names(needed)} kept: XLA:CPU needs it)' if needed else ''}; file with "
         f"openxla/xla, with the HLO module before `{name}`.",
         flags=_off(left), hlo=before, passes=passes,
-        command=f"run_hlo_module --platform=cpu --reference_platform=interpreter "
-        f"--xla_disable_hlo_passes={name} {{hlo}}",
+        # against XLA's interpreter: differs as it is, agrees with the pass disabled
+        command=f"run_hlo_module --platform=cpu --reference_platform=interpreter {{hlo}}; "
+        f"the same with --xla_disable_hlo_passes={name}",
     )  # fmt: skip
 
 
