@@ -1,14 +1,15 @@
 """The built-in case library, run for real on XLA:CPU: each variant ends as its case expects.
 
 A cheap subset runs every time: one outcome of each kind (match, mismatch, error) on the cpu,
-xla and xla_spmd backends. The whole library takes 5-10 minutes on two cores, so it runs only
-when REPROKIT_LIBRARY=1 is set (``bench/library.py`` runs it and prints its outcome table).
+xla and xla_spmd backends. The whole library takes 5-10 minutes on two cores: CI runs it after
+the tests, through the pytest plugin (``pytest cases/`` in .ci/run: each variant an item that
+fails when it does not end as its case expects), and tests/runner/test_warm.py runs it cold and
+warm there; ``bench/library.py`` runs it and prints its outcome table.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 
 import pytest
@@ -54,9 +55,3 @@ def test_every_case_file_says_what_it_shows_and_links_an_issue():
         assert text.startswith("#"), path.name
         assert "https://github.com/pytorch/xla/issues/" in text, path.name
         assert tomllib.loads(text)["expect"]["outcome"], path.name
-
-
-@pytest.mark.skipif(not os.environ.get("REPROKIT_LIBRARY"), reason="set REPROKIT_LIBRARY=1")
-def test_whole_library_ends_as_expected(cli, tmp_path):
-    variants = run_cases(cli, tmp_path, jobs="2")
-    assert {v["case"] for v in variants} == {p.stem for p in CASES.glob("*.toml")}
