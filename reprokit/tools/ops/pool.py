@@ -121,8 +121,11 @@ class Pool:
         the workers' threads, one at a time); returns when all ended or the sweep stopped."""
         by_id = {t.id: t for t in tasks}
         todo: queue.Queue[_Batch] = queue.Queue()
-        for start in range(0, len(tasks), BATCH):
-            todo.put(_Batch([t.to_json() for t in tasks[start : start + BATCH]]))
+        # Interleaved, not cut in runs: one op's tasks (max_pool's thousands of samples of new
+        # shapes in each dtype) spread over several batches instead of making one last hours
+        count = -(-len(tasks) // BATCH)
+        for i in range(count):
+            todo.put(_Batch([t.to_json() for t in tasks[i::count]]))
         report = threading.Lock()
 
         def finish(task_id: str, records: list[dict[str, Any]]) -> None:

@@ -109,7 +109,7 @@ def repro_text(group: Any, code: dict[str, Any], call: str | None, saved: str | 
         text += (
             f'T = torch.load(__file__.rpartition("/")[0] + "/" * ("/" in __file__) + "{saved}")\n'
         )
-    text += f"A = {code['A']}\nK = {code['K']}\n"
+    text += f"A, K = {code['A']}, {code['K']}  # the sample's arguments\n"
     leaf = code.get("leaf", 0)
     text += _RUN.format(leaf=f"{leaf} " if leaf else "")
     if group.grad:

@@ -46,6 +46,18 @@ REDUCING = {
     "nn.functional.adaptive_avg_pool1d",
     "nn.functional.adaptive_avg_pool2d",
     "nn.functional.avg_pool1d",
+    # normalizations and pools reduce too: an edge-filled sample of them is order-dependent
+    "nn.functional.batch_norm",
+    "nn.functional.instance_norm",
+    "nn.functional.group_norm",
+    "nn.functional.rms_norm",
+    "nn.functional.local_response_norm",
+    "native_layer_norm",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "nn.functional.avg_pool2d",
+    "nn.functional.avg_pool3d",
+    "nn.functional.adaptive_avg_pool3d",
 }
 
 
