@@ -144,6 +144,13 @@ def _drive(scheduler: _Scheduler, summary: SummaryWriter) -> RunSummary:
         scheduler.pool.shutdown(wait=True)
 
 
+# why a variant that matched on its outputs may have been expected to mismatch
+_OUTPUTS_ONLY = (
+    "judged on its outputs, which match; an operation's difference that reaches no output "
+    'shows only where every operation is recorded: nodes = "all" in the case\'s [params]'
+)
+
+
 class Phase(enum.Enum):
     """Where one variant is: each phase hands it to the next, in this order."""
 
@@ -239,7 +246,8 @@ class _State:
             offload=offload,
         )
         if self.localise is False:  # judged on the stages that ran: the outputs
-            found = replace(found, outputs_only=True)
+            why = None if found.expected is Outcome.MATCH else _OUTPUTS_ONLY  # a hidden one?
+            found = replace(found, outputs_only=True, reason=found.reason or why)
         if not options.keep_tensors:  # summary.json has the comparisons: the rest may go
             reduce_variant(self.folder, found, cached=options.cache, offload=offload)
         pause("verdict-computed")
