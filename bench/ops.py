@@ -53,8 +53,10 @@ def main() -> None:
     records = data["records"]
     ops = {(o["op"], o["variant"]) for o in data["ops"]}
     swept = {(r["op"], r["variant"]) for r in records}
-    print(f"first sweep: {first:,.0f} s (exit {code}); unchanged re-run: {again:,.1f} s "
-          f"(exit {code_again}, {data['cached']}/{data['tasks']} tasks from the cache)")  # fmt: skip
+    print(
+        f"first sweep: {first:,.0f} s (exit {code}); unchanged re-run: {again:,.1f} s "
+        f"(exit {code_again}, {data['cached']}/{data['tasks']} tasks from the cache)"
+    )
     print(f"samples: {len(records):,}, {first / max(1, len(records)):.3f} s a sample overall")
     print(f"OpInfos: {len(swept)} swept of {len(ops)} listed")
     print("verdicts:", dict(Counter(r["verdict"] for r in records).most_common()))
