@@ -12,11 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import reprokit.tools.ops.repro as repro
 from reprokit.infra.caching import Store, file_digest
 from reprokit.records.ops import Group
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.graph.alone import run_alone
-from reprokit.tools.ops import repro
 
 DTYPE_ORDER = (
     "float32",
@@ -174,6 +173,9 @@ def check_alone(
 ) -> list[Group]:
     """Each repro run alone (``jobs`` at a time), the answer cached by the script's bytes:
     ``reproduces_alone`` and what it printed."""
+    # minimize.graph's package imports torch; its alone.py is only needed once repros exist
+    from reprokit.tools.minimize.graph.alone import run_alone
+
     store = Store("ops-alone")
     scratch = out_dir / ".alone"
     alone = replace(options, timeout=ALONE_TIMEOUT)
