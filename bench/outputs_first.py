@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -72,22 +71,26 @@ def _layer_norm(case: Path) -> str:
     return found[4]
 
 
+# a run in a process of its own, which prints the largest peak of the processes it waited for
+MEASURED = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+            "sys.exit(code)")  # fmt: skip
+
+
 def run(case: Path, sets: list[str], jobs: int, cold: bool = False) -> tuple[float, str, int]:
     """Wall seconds, the first divergence it named, and (cold) the largest stage's peak KiB."""
     out = Path(tempfile.mkdtemp(prefix="outputs-first-"))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.monotonic()
     command = [*REPROKIT, "run", str(case), "-o", str(out), "--no-cache", "-n", str(jobs), *sets]
-    done = subprocess.run([*command, *(["--cold"] if cold else [])], capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    wrapped = [sys.executable, "-c", MEASURED, *command, *(["--cold"] if cold else [])]
+    done = subprocess.run(wrapped, capture_output=True, text=True, check=False)
     seconds = time.monotonic() - start
     if done.returncode not in (0, 1):
         sys.exit(f"{' '.join(command)} exit {done.returncode}:\n{done.stdout}\n{done.stderr}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     (variant,) = json.loads((out / "summary.json").read_text())["variants"]
     first = next((t for t in variant["first_divergence"].values() if t), "-")
     shutil.rmtree(out)
-    return seconds, first, peak if peak > before else 0
+    return seconds, first, int(done.stderr.strip().splitlines()[-1])
 
 
 def compare(name: str, case: Path, sets: list[str], other: list[str], args) -> None:

@@ -16,12 +16,13 @@ import json  # noqa: E402
 import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import torch  # noqa: E402, F401  (the server to fork from: one that has imported it)
+import torch  # noqa: E402  (the server to fork from: one that has imported it)
 
 from reprokit.infra.offload import here  # noqa: E402
 
 
 def main(work: str, given: str, out: str) -> None:
+    torch.set_num_threads(1)  # many small operations beside the stages (infra/torch_import.py)
     found = here(work, json.loads(Path(given).read_text("utf-8")))
     temp = Path(f"{out}.tmp")
     temp.write_text(json.dumps(found), "utf-8")
