@@ -138,7 +138,9 @@ def judged(tmp_path_factory):
                  for name in ("llama", "cumsum_in_a_library")]  # fmt: skip
     finally:
         sys.path.remove(str(root / "site-packages"))
-    found = [v for case in cases for v in variants(load_case(case), {})]
+    # the cumsum's dtype differs, its values after it agree: seen where every op is recorded
+    sets = {case: {"nodes": "all"} if "cumsum" in case.name else {} for case in cases}
+    found = [v for case in cases for v in variants(load_case(case), sets[case])]
     summary = reprokit.run(found, run_dir=root / "run", options=reprokit.Options(jobs=2))
     reprokit.report(root / "run")
     return {v.case: v for v in summary.variants}, (root / "run" / "report.md").read_text()
