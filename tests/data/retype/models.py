@@ -1,4 +1,4 @@
-"""BERT-like masks captured in float32 for the retyping tests (tests/test_retype.py): fill
+"""BERT-like masks captured in float32 for the retyping tests (tests/test_capture_retype.py): fill
 values that stand for "float32's extreme", as Hugging Face's extended attention masks write
 them, which a program retyped to bfloat16 must carry as bfloat16's extreme."""
 
