@@ -254,6 +254,9 @@ def _finish(
     for old in out_dir.glob("repro_*"):
         old.unlink()
     found = grouping.write_repros(found, codes, calls, out_dir, witness)
+    sweep = _sweep(asked, listing, records, tasks, cached, found, interrupted=interrupted)
+    write_ops(out_dir, sweep)  # kept should the runs alone below be interrupted
+    write_report(out_dir, sweep)
     if not interrupted:
         if asked.announce:
             written = sum(g.repro is not None for g in found)
@@ -261,7 +264,23 @@ def _finish(
                 f"ops: each of {written} repros run alone ({asked.options.jobs} at once)"
             )
         found = grouping.check_alone(found, out_dir, asked.options, asked.versions)
-    sweep = OpsSweep(
+    sweep = _sweep(asked, listing, records, tasks, cached, found, interrupted=interrupted)
+    write_ops(out_dir, sweep)
+    write_report(out_dir, sweep)
+    return sweep
+
+
+def _sweep(
+    asked: _Asked,
+    listing: dict[str, Any],
+    records: list[dict[str, Any]],
+    tasks: int,
+    cached: int,
+    found: list,
+    *,
+    interrupted: bool,
+) -> OpsSweep:
+    return OpsSweep(
         argv=asked.argv,
         versions=asked.versions,
         backends=asked.backends,
@@ -279,9 +298,6 @@ def _finish(
         tasks=tasks,
         cached=cached,
     )
-    write_ops(out_dir, sweep)
-    write_report(out_dir, sweep)
-    return sweep
 
 
 def _codes(records: list[dict[str, Any]], found: list) -> dict[str, dict[str, Any]]:
