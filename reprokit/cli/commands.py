@@ -147,8 +147,9 @@ def report_(
 ) -> None:
     """report.md (issue-ready), report.html (with plots), bundle.zip (to attach)."""
     reports = reprokit.report(run_dir, formats=format_, out_dir=output)
-    if reports.summary.minimized is None:  # a minimize folder expects its mismatch: no news
-        out.print(headline(reports.summary), highlight=False)
+    summary = reports.summary  # a minimize folder expects its mismatch; an ops folder has no
+    if summary.minimized is None and summary.variants:  # variants (its title says): no news
+        out.print(headline(summary), highlight=False)
     for path in reports.written:
         out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False)
     if reports.title:
