@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from reprokit.comparison.roots import roots
 from reprokit.errors import ReprokitError
-from reprokit.records import Outcome, VariantResult
+from reprokit.records import Outcome, Root, VariantResult
 
 SIMILAR = 0.6  # how close a candidate's error message must be to the original's (difflib)
 
@@ -37,9 +37,9 @@ class Target:
         """What ``result`` shows; ``with_message``: a failure's message too; ``root``: the
         root to keep (its name or op), else the first, one that reaches an output if any."""
         if result.outcome is Outcome.MISMATCH:
-            names = [r.tensor for r in roots(result) if not root or root in (r.tensor, r.op)]
+            names = [r.tensor for r in _roots(result) if not root or root in (r.tensor, r.op)]
             if root and not names:
-                told = ", ".join(f"{r.tensor} ({r.op})" for r in roots(result)) or "none"
+                told = ", ".join(f"{r.tensor} ({r.op})" for r in _roots(result)) or "none"
                 raise ReprokitError(
                     f"no root of the program is {root!r}: its roots are {told}",
                     hint="Name one of them with --root, or leave --root out.",
@@ -56,7 +56,7 @@ class Target:
         if result is None:
             return False
         if self.clue and self.outcome is result.outcome is Outcome.MISMATCH:
-            return self.clue in {_numbers_out(r.tensor) for r in roots(result)}
+            return self.clue in {_numbers_out(r.tensor) for r in _roots(result)}
         found = Target.of(result, with_message=bool(self.message))
         if (found.outcome, found.clue) != (self.outcome, self.clue):
             return False
@@ -72,7 +72,16 @@ class Target:
 
     def found(self, result: VariantResult) -> str | None:
         """The name in ``result`` of the root this target keeps."""
-        return next((r.tensor for r in roots(result) if _numbers_out(r.tensor) == self.clue), None)
+        found = (r.tensor for r in _roots(result) if _numbers_out(r.tensor) == self.clue)
+        return next(found, None)
+
+
+def _roots(result: VariantResult) -> tuple[Root, ...]:
+    """The result's roots; a record without comparisons (the first divergence alone) has its
+    first divergence as its one root."""
+    return roots(result) or tuple(
+        Root(tensor, target, tensor) for target, tensor in result.first_divergence.items() if tensor
+    )
 
 
 def _numbers_out(text: str) -> str:
