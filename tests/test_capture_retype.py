@@ -44,8 +44,8 @@ def test_float32s_extreme_follows_the_dtype_a_capture_is_retyped_to(cli, case, t
     (was: `error`, "cpu exited with code 1: RuntimeError: value cannot be converted to type
     at::BFloat16 without overflow")."""
     run_dir = tmp_path / "run"
-    done = cli("run", case, "--set", f"dtype={dtype}", "--set", "nodes=all", "--keep-tensors",
-               "-n", "2", "-o", run_dir)  # every operation: the masked fills on XLA too
+    every = ("--set", "nodes=all", "--keep-tensors")  # every operation: XLA's masked fills too
+    done = cli("run", case, "--set", f"dtype={dtype}", *every, "-n", "2", "-o", run_dir)
     (variant,) = json.loads((run_dir / "summary.json").read_text())["variants"]
     assert variant["outcome"] == "match", done.output
     assert done.exit_code == 0
