@@ -176,6 +176,7 @@ class _State:
     # its on_mismatch stages: None while the others are not yet judged, then whether they run
     # (False: the others match, and those stages are left out of the variant)
     localise: bool | None = None
+    matched: VariantResult | None = None  # the match the others were judged, left out of those
 
     @property
     def variant(self) -> Variant:
@@ -213,15 +214,14 @@ class _State:
         return (self.phase is Phase.RUNNING and self.localise is None and bool(waiting)
                 and not self.running and all(s.on_mismatch for s in waiting))  # fmt: skip
 
-    def judged_first(self, options: Options, offload: Offload) -> bool:
-        """Whether the stages that ran, judged alone, fall short of a match (an on_mismatch
-        stage then runs to localise it)."""
+    def judged_first(self, options: Options, offload: Offload) -> VariantResult:
+        """The stages that ran, judged alone: short of a match, an on_mismatch stage then
+        runs to localise it; a match is the variant's verdict."""
         ran = [s for s in self.stages if not s.on_mismatch]
-        found = verdict(
+        return verdict(
             self.variant, ran, self.results, self.folder, 0.0, self.reason,
             cached=options.cache, xla_device=options.xla_device, offload=offload,
         )  # fmt: skip
-        return found.outcome is not Outcome.MATCH
 
     def job(self, stage: Stage) -> StageJob:
         """What the executor needs to run ``stage``: the variant's whole DAG too."""
@@ -234,20 +234,22 @@ class _State:
 
     def verdict(self, options: Options, offload: Offload) -> VariantResult:
         seconds = time.monotonic() - self.start
-        found = verdict(
-            self.variant,
-            self.stages,
-            self.results,
-            self.folder,
-            seconds,
-            self.reason,
-            cached=options.cache,
-            xla_device=options.xla_device,
-            offload=offload,
-        )
-        if self.localise is False:  # judged on the stages that ran: the outputs
-            why = None if found.expected is Outcome.MATCH else _OUTPUTS_ONLY  # a hidden one?
-            found = replace(found, outputs_only=True, reason=found.reason or why)
+        if self.matched is not None:  # judged already, on the stages that ran: the outputs
+            why = None if self.matched.expected is Outcome.MATCH else _OUTPUTS_ONLY  # hidden?
+            found = replace(self.matched, seconds=round(seconds, 3), outputs_only=True,
+                            reason=self.matched.reason or why)  # fmt: skip
+        else:
+            found = verdict(
+                self.variant,
+                self.stages,
+                self.results,
+                self.folder,
+                seconds,
+                self.reason,
+                cached=options.cache,
+                xla_device=options.xla_device,
+                offload=offload,
+            )
         if not options.keep_tensors:  # summary.json has the comparisons: the rest may go
             reduce_variant(self.folder, found, cached=options.cache, offload=offload)
         pause("verdict-computed")
@@ -403,12 +405,13 @@ class _Scheduler:
         if state.compares and not self.options.cache:  # nothing reused: its tensors are new
             self._prewarm_compare()
 
-    def _localised(self, state: _State, differs: bool) -> None:
+    def _localised(self, state: _State, found: VariantResult) -> None:
         """The others judged: an on_mismatch stage runs where they do not match, and is left
-        out of the variant where they do."""
-        state.localise = differs
-        if not differs:
+        out of the variant where they do (their verdict is the variant's)."""
+        state.localise = found.outcome is not Outcome.MATCH
+        if not state.localise:
             state.stages = [s for s in state.stages if not s.on_mismatch]
+            state.matched = found
 
     def _start_stage(self, state: _State, stage: Stage) -> bool:
         state.running.add(stage.name)
