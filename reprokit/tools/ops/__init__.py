@@ -257,14 +257,13 @@ def _finish(
     sweep = _sweep(asked, listing, records, tasks, cached, found, interrupted=interrupted)
     write_ops(out_dir, sweep)  # kept should the runs alone below be interrupted
     write_report(out_dir, sweep)
-    if not interrupted:
-        if asked.announce:
-            written = sum(g.repro is not None for g in found)
-            asked.announce(
-                f"ops: each of {written} repros run alone ({asked.options.jobs} at once)"
-            )
-        found = grouping.check_alone(found, out_dir, asked.options, asked.versions)
-    sweep = _sweep(asked, listing, records, tasks, cached, found, interrupted=interrupted)
+    if interrupted:
+        return sweep
+    if asked.announce:
+        written = sum(g.repro is not None for g in found)
+        asked.announce(f"ops: each of {written} repros run alone ({asked.options.jobs} at once)")
+    found = grouping.check_alone(found, out_dir, asked.options, asked.versions)
+    sweep = _sweep(asked, listing, records, tasks, cached, found, interrupted=False)
     write_ops(out_dir, sweep)
     write_report(out_dir, sweep)
     return sweep
