@@ -5,7 +5,7 @@ secrets and load, each measured in this run (issue 7).
 
 A bug-report kit runs strangers' case files, checkpoints and crashing accelerator code: it must
 keep working, lose nothing and leak nothing. Each check below returns figures (name, value,
-target, ok); the table at the end says which hold. tests/test_reliability.py runs the same
+target, ok); the table at the end says which hold. tests/runner/test_reliability.py runs the same
 checks with small sizes (``--quick`` is close to it). The checks live with the tests, in
 tests/checks/reliability_*.py (pytest's ``pythonpath`` finds them; this script adds the folder).
 """

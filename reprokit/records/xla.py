@@ -7,7 +7,7 @@ in templates/_protocol.py.j2, which asks torch_xla's metrics directly: a script 
 so it keeps its own copy of the metric names), and ``reprokit wrap``, which reads the metrics
 report torch_xla writes (``XLA_METRICS_FILE``). Both write the same JSON, the script's; this
 record reads it, and :data:`METRICS` is the one list of metric names on reprokit's side
-(tests/test_records.py checks that the template's copy agrees).
+(tests/records/test_records.py checks that the template's copy agrees).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class _CappedLog:
 
     def __init__(self, path: Path, cap: int) -> None:
         # A forked (warm) child runs before its logs are opened here: one that removed its
-        # workdir already (tests/test_reliability.py) must not take the harness down with it.
+        # workdir already (tests/runner/test_reliability.py) must not take the harness down with it.
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file: IO[bytes] = path.open("wb")
         self.head = cap - cap // 2

@@ -1,4 +1,4 @@
-"""What the reliability checks share (tests/test_reliability.py runs them small,
+"""What the reliability checks share (tests/runner/test_reliability.py runs them small,
 bench/reliability.py large): figures, the table, the orphan hunt.
 
 Each check (reliability_hostile, reliability_runs, reliability_safety) makes its own files under

@@ -1,4 +1,4 @@
-"""Fixture models for tests/test_capture.py: factories as `reprokit capture` calls them."""
+"""Fixture models for tests/tools/test_capture.py: factories as `reprokit capture` calls them."""
 
 from __future__ import annotations
 

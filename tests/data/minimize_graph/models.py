@@ -1,5 +1,5 @@
-"""Fixture models for tests/test_minimize_graph.py and bench/minimize_graph.py: factories as
-`reprokit capture` calls them."""
+"""Fixture models for tests/tools/minimize/test_minimize_graph.py and bench/minimize_graph.py:
+factories as `reprokit capture` calls them."""
 
 from __future__ import annotations
 

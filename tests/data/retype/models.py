@@ -1,6 +1,7 @@
-"""BERT-like masks captured in float32 for the retyping tests (tests/test_capture_retype.py): fill
-values that stand for "float32's extreme", as Hugging Face's extended attention masks write
-them, which a program retyped to bfloat16 must carry as bfloat16's extreme."""
+"""BERT-like masks captured in float32 for the retyping tests
+(tests/tools/test_capture_retype.py): fill values that stand for "float32's extreme", as Hugging
+Face's extended attention masks write them, which a program retyped to bfloat16 must carry as
+bfloat16's extreme."""
 
 from __future__ import annotations
 

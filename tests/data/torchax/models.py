@@ -1,6 +1,6 @@
-"""A model for tests/test_torchax.py, as `reprokit capture` calls it: a Linear (aten.linear, a
-bias added to a matmul) then a LayerNorm, the two operations torchax computes differently from
-CPU PyTorch in bfloat16."""
+"""A model for tests/runner/test_torchax.py, as `reprokit capture` calls it: a Linear
+(aten.linear, a bias added to a matmul) then a LayerNorm, the two operations torchax computes
+differently from CPU PyTorch in bfloat16."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Fixture programs for tests/test_trust.py: factories as `reprokit capture` calls them."""
+"""Fixture programs for tests/comparison/test_trust.py: factories as `reprokit capture` calls
+them."""
 
 from __future__ import annotations
 

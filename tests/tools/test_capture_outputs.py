@@ -22,8 +22,8 @@ from reprokit.generate.cases import load_case
 from reprokit.generate.variants import variants
 from reprokit.tools.capture import command, load_factory
 
-MODELS = Path(__file__).parent / "data" / "capture" / "models.py"
-SHIPPED = Path(__file__).parents[1] / "cases"
+MODELS = Path(__file__).parents[1] / "data" / "capture" / "models.py"
+SHIPPED = Path(__file__).parents[2] / "cases"
 
 
 def test_a_dataclass_output_is_named_and_runs_where_only_torch_is_imported(tmp_path):

@@ -25,8 +25,8 @@ from reprokit.records import Comparison, Outcome, Stage, Triage, VariantResult, 
 from reprokit.tools.capture import command
 from reprokit.tools.triage import ran_in_half, steps
 
-MODELS = Path(__file__).parent / "data" / "trust" / "models.py"
-ROOT = Path(__file__).parent.parent
+MODELS = Path(__file__).parents[1] / "data" / "trust" / "models.py"
+ROOT = Path(__file__).parents[2]
 
 CASES = {
     "moment_layer_norm": """

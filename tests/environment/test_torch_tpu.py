@@ -15,7 +15,7 @@ from pathlib import Path
 from reprokit.environment.machine import torch_tpu
 from reprokit.records import Environment
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 ABORT = "import os, pathlib\npathlib.Path({marker!r}).write_text('imported')\nos.abort()\n"
 
 

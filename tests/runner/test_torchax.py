@@ -22,7 +22,7 @@ from reprokit.cli import app
 from reprokit.records import Outcome, Stage, Status, read_summary
 from reprokit.runner.dag import checked_stages
 
-MODELS = Path(__file__).parent / "data" / "torchax" / "models.py"
+MODELS = Path(__file__).parents[1] / "data" / "torchax" / "models.py"
 
 MATRIX = '\n[matrix]\ndtype = ["float32", "bfloat16"]\n'
 
@@ -119,7 +119,7 @@ def test_the_standalone_script_says_what_the_torchax_stage_needs(cli, tmp_path):
     the stage ends with what to install, and the script is as ruff-clean as every other."""
     script = tmp_path / "repro.py"
     assert cli("render", "captured_cnn_bf16", "--set", "torchax=true", "-o", script).exit_code == 0
-    config = Path(__file__).parents[1] / "pyproject.toml"
+    config = Path(__file__).parents[2] / "pyproject.toml"
     ruff = [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", config, script]
     assert subprocess.run(ruff, capture_output=True).returncode == 0
     done = subprocess.run([sys.executable, script, "--stage", "torchax"], capture_output=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import TEST_TEMPLATES
 from reliability_common import FAULT_TEMPLATES
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def test_list_shows_cases_and_templates(cli):
@@ -143,7 +143,7 @@ def test_python_dash_m_runs_the_cli():
 
 def test_wheel_carries_builtin_templates_and_cases(tmp_path):
     """Installed from a wheel (no checkout around), the built-in cases still render."""
-    root = __import__("pathlib").Path(__file__).parents[1]
+    root = __import__("pathlib").Path(__file__).parents[2]
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path, root],
         check=True,

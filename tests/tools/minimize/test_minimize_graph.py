@@ -26,7 +26,7 @@ from reprokit.tools.minimize.graph import program, short
 from reprokit.tools.minimize.graph.program import State
 from reprokit.tools.minimize.target import Target
 
-MODELS = Path(__file__).parent / "data" / "minimize_graph" / "models.py"
+MODELS = Path(__file__).parents[2] / "data" / "minimize_graph" / "models.py"
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import pytest
 
 from reprokit.records import EnvSpec, read_summary
 
-DATA = Path(__file__).parent / "data" / "minimize"
+DATA = Path(__file__).parents[2] / "data" / "minimize"
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,7 @@ from reprokit.tools.capture import command, load_factory
 from reprokit.tools.export import export
 from reprokit.tools.program_file import check_program
 
-MODELS = Path(__file__).parent / "data" / "capture" / "models.py"
+MODELS = Path(__file__).parents[1] / "data" / "capture" / "models.py"
 
 
 def render_case(case: Path, out: Path, **params) -> Path:
@@ -90,7 +90,7 @@ def test_captured_model_runs_and_every_node_agrees(captured, tmp_path, model):
     assert [n for n in saved if n.startswith("node.")] == sorted(n for n in saved if "node." in n)
     lint = subprocess.run(  # the script passes the project's lint rules
         [sys.executable, "-m", "ruff", "check", "--config", "pyproject.toml", str(script)],
-        cwd=Path(__file__).parents[1], capture_output=True, text=True, check=False,
+        cwd=Path(__file__).parents[2], capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert lint.returncode == 0, lint.stdout
 
@@ -361,14 +361,14 @@ def test_render_puts_the_program_beside_the_script(cli, tmp_path):
     result = cli("render", "captured_cnn_bf16", "-o", tmp_path / "repro.py")
     assert result.exit_code == 0, result.output
     assert "and captured_cnn_bf16.pt2 beside it" in result.stderr
-    shipped = Path(__file__).parents[1] / "cases" / "captured_cnn_bf16.pt2"
+    shipped = Path(__file__).parents[2] / "cases" / "captured_cnn_bf16.pt2"
     assert (tmp_path / "captured_cnn_bf16.pt2").read_bytes() == shipped.read_bytes()
     check_program(tmp_path / "captured_cnn_bf16.pt2")
 
 
 def test_render_into_the_cases_own_folder_leaves_its_program_as_it_is(cli, tmp_path):
     """The program is already where the script will look for it (was: SameFileError)."""
-    shipped = Path(__file__).parents[1] / "cases"
+    shipped = Path(__file__).parents[2] / "cases"
     for name in ("captured_cnn_bf16.toml", "captured_cnn_bf16.pt2"):
         shutil.copyfile(shipped / name, tmp_path / name)
     result = cli("render", tmp_path / "captured_cnn_bf16.toml", "-o", tmp_path / "repro.py")

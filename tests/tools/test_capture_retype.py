@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from reprokit.cli import app
 
-MODELS = Path(__file__).parent / "data" / "retype" / "models.py"
+MODELS = Path(__file__).parents[1] / "data" / "retype" / "models.py"
 
 
 @pytest.fixture(scope="module")

@@ -171,7 +171,7 @@ def test_evidence_from_metrics_adds_up_the_metrics_each_figure_names():
 
 def test_the_scripts_copy_of_the_metric_names_agrees():
     """A script is standalone: it keeps its own copy of METRICS, which must say the same."""
-    template = Path(__file__).parents[1] / "templates" / "_protocol.py.j2"
+    template = Path(__file__).parents[2] / "templates" / "_protocol.py.j2"
     body = template.read_text().split("def xla_evidence()", 1)[1].split("\ndef ", 1)[0]
     found = {key: tuple(re.findall(r'"(\w+)"', names))
              for key, names in re.findall(r'"(\w+)": metric\(([^)]*)\)', body)}  # fmt: skip
