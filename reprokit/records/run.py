@@ -70,10 +70,14 @@ class Stage:
     # runs only where the variant's other stages, judged first, do not match: it localises
     # what they found (a captured program's xla stage, recording every operation)
     on_mismatch: bool = False
+    # runs with the others and, where they do not match, again with ``--localise``, its second
+    # result replacing the first (a captured program's CPU stages: outputs, then every operation)
+    again_on_mismatch: bool = False
 
     def to_json(self) -> dict[str, Any]:
         found = {**asdict(self), "needs": list(self.needs)}
-        unset = {k for k in ("env", "on_mismatch") if not found[k]}  # written only where set
+        optional = ("env", "on_mismatch", "again_on_mismatch")
+        unset = {k for k in optional if not found[k]}  # written only where set
         return {k: v for k, v in found.items() if k not in unset}
 
     @classmethod

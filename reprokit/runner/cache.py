@@ -87,6 +87,7 @@ class CachingExecutor:
         parts = {
             "files": _digest(job.folder, skip=("stages", CASE_FILE)),  # the script says it all
             "stage": [stage.name, stage.backend, stage.devices, list(stage.needs)],
+            **({"localise": True} if job.localise else {}),  # (older keys unchanged)
             "env": steering(env),
             "python": [job.python or options.python, sys.version],
             "versions": self.versions,

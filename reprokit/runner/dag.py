@@ -123,6 +123,7 @@ def checked_stages(data: Any) -> list[Stage]:
                 item.get("of"),
                 item.get("env"),
                 item.get("on_mismatch") is True,
+                item.get("again_on_mismatch") is True,
             )
         )
     check_dag(stages)

@@ -177,6 +177,7 @@ class _State:
     # (False: the others match, and those stages are left out of the variant)
     localise: bool | None = None
     matched: VariantResult | None = None  # the match the others were judged, left out of those
+    again: set[str] = field(default_factory=set)  # again_on_mismatch stages run a second time
 
     @property
     def variant(self) -> Variant:
@@ -188,8 +189,14 @@ class _State:
 
     @property
     def ended(self) -> bool:
-        """Every stage has a result (ran, or was skipped)."""
-        return self.phase is Phase.RUNNING and len(self.results) == len(self.stages)
+        """Every stage has a result (ran, or was skipped), and none waits to run again."""
+        return (self.phase is Phase.RUNNING and len(self.results) == len(self.stages)
+                and (self.localise is not None or not self.judges_first))  # fmt: skip
+
+    @property
+    def judges_first(self) -> bool:
+        """Some stage waits for the others' verdict: to run, or to run again."""
+        return any(s.on_mismatch or s.again_on_mismatch for s in self.stages)
 
     def ready(self) -> list[Stage]:
         """Stages whose needs all ended well, not yet started (an on_mismatch stage only once
@@ -211,7 +218,7 @@ class _State:
         """Every stage but the on_mismatch ones has a result, and those wait for the verdict
         of the others."""
         waiting = [s for s in self.stages if s.name not in self.results]
-        return (self.phase is Phase.RUNNING and self.localise is None and bool(waiting)
+        return (self.phase is Phase.RUNNING and self.localise is None and self.judges_first
                 and not self.running and all(s.on_mismatch for s in waiting))  # fmt: skip
 
     def judged_first(self, options: Options, offload: Offload) -> VariantResult:
@@ -229,8 +236,9 @@ class _State:
         variant = prepared.variant
         dag, variables = tuple(self.stages), variant.variables
         return StageJob(
-            prepared.folder, stage, variant.case.timeout, prepared.python, dag, variables
-        )
+            prepared.folder, stage, variant.case.timeout, prepared.python, dag, variables,
+            localise=stage.name in self.again,
+        )  # fmt: skip
 
     def verdict(self, options: Options, offload: Offload) -> VariantResult:
         seconds = time.monotonic() - self.start
@@ -412,6 +420,11 @@ class _Scheduler:
         if not state.localise:
             state.stages = [s for s in state.stages if not s.on_mismatch]
             state.matched = found
+            return
+        for stage in state.stages:  # those that ran well run again, localising: ready once more
+            if stage.again_on_mismatch and state.results[stage.name].status is Status.OK:
+                state.again.add(stage.name)
+                del state.results[stage.name]
 
     def _start_stage(self, state: _State, stage: Stage) -> bool:
         state.running.add(stage.name)

@@ -51,6 +51,8 @@ class StageJob:
     dag: tuple[Stage, ...] = ()  # every stage of the variant; () when not known
     # the variant's own (Variant.variables): under the run's environment, over the backend's
     variables: dict[str, str] = field(default_factory=dict)
+    # run again (an again_on_mismatch stage, where the others did not match): ``--localise``
+    localise: bool = False
 
     def env(self, xla_device: str) -> dict[str, str]:
         """The stage's environment: the variant's variables, the run's over them (its
@@ -136,6 +138,8 @@ class LocalExecutor:
         stage, folder = job.stage, job.folder
         args = ["--stage", stage.name, "--workdir", "stages"]
         args += ["--xla-device", self.options.xla_device]
+        if job.localise:
+            args.append("--localise")
         env = job.env(self.options.xla_device)
         if job.python:  # another environment's python: none of this one's packages
             env.pop("PYTHONPATH", None)

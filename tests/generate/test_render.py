@@ -57,8 +57,8 @@ def test_builtin_case_renders_standalone_and_ruff_clean(variant, tmp_path):
     for position, stage in enumerate(dag):
         assert {"name", "backend", "needs", "reference"} <= set(stage)
         known = {"name", "backend", "needs", "reference", "devices", "arbiter", "role", "of", "env",
-                 "on_mismatch"}  # fmt: skip
-        assert set(stage) <= known  # role, of: docs/verdicts.md; env, on_mismatch: contract.md
+                 "on_mismatch", "again_on_mismatch"}  # fmt: skip
+        assert set(stage) <= known  # role, of: docs/verdicts.md; env, on_mismatch...: contract.md
         assert ("devices" in stage) == (stage["backend"] == "xla_spmd")  # named, not guessed
         assert set(stage["needs"]) <= set(names[:position])  # listed in DAG order
 

@@ -483,11 +483,33 @@ def test_an_on_mismatch_stage_runs_only_where_the_others_do_not_match(tmp_path, 
     summary = run(variants, run_dir=tmp_path / "run", options=options, argv=["test"])
     (variant,) = summary.variants
     ran = [stage.name for stage in variant.stages]
+    stages = tmp_path / "run" / variant.label / "stages"
+    runs = (stages / "first" / "runs.txt").read_text().split()
     if differs:
         assert variant.outcome is Outcome.MISMATCH and not variant.outputs_only
         assert ran == ["first", "second", "localise"]
+        assert runs == ["plain", "localise"]  # again, localising: its second result kept
+        assert variant.stages[0].metrics == {"localised": [1]}
     else:
         assert variant.outcome is Outcome.MATCH and variant.outputs_only
         assert ran == ["first", "second"]
-        assert not (tmp_path / "run" / variant.label / "stages" / "localise").exists()
+        assert not (stages / "localise").exists()
+        assert runs == ["plain"]
     assert read_summary(tmp_path / "run").variants[0].outputs_only is not differs
+
+
+def test_a_stage_run_again_is_cached_apart_from_its_first_run(tmp_path):
+    """The results cache keys an again_on_mismatch stage's second run (--localise) apart from
+    its first: a re-run of a mismatch reuses both, and the record is the localising one."""
+    folder = DATA / "localising"
+    variants = load_variants(["localise"], sets={"differs": True}, cases=[folder],
+                             templates=[folder])  # fmt: skip
+    options = Options(jobs=2, timeout=TIMEOUT, templates=(folder,))
+    run(variants, run_dir=tmp_path / "one", options=options, argv=["test"])
+    summary = run(variants, run_dir=tmp_path / "two", options=options, argv=["test"])
+    (variant,) = summary.variants
+    assert all(stage.reused for stage in variant.stages)
+    assert variant.stages[0].metrics == {"localised": [1]}
+    assert (tmp_path / "two" / variant.label / "stages" / "first" / "runs.txt").read_text() == (
+        "plain\nlocalise\n"
+    )
