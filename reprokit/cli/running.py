@@ -32,6 +32,7 @@ from reprokit.errors import ExitCode, ReprokitError
 from reprokit.generate.selection import load_variant
 from reprokit.generate.variants import parse_sets
 from reprokit.records import RunSummary
+from reprokit.records.folder import SCRIPT
 from reprokit.records.minimize import GraphShrink
 from reprokit.reports import build_report
 from reprokit.reports.model import Cell, Names
@@ -163,7 +164,7 @@ def minimize_(
     for other in found.graph.others if found.graph else ():
         out.print(f"also differs, independently (not in this repro): {other}", highlight=False)
     for folder in found.graph.elsewhere if found.graph else ():
-        out.print(f"its own short repro: {output / folder / 'repro.py'}", highlight=False)
+        out.print(f"its own short repro: {output / folder / SCRIPT}", highlight=False)
     raise typer.Exit(ExitCode.INTERRUPTED if found.stopped == "interrupted" else ExitCode.OK)
 
 

@@ -15,6 +15,7 @@ from reprokit.comparison import trust
 from reprokit.errors import ReprokitError
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Comparison, Stage, first_divergence
+from reprokit.records.folder import VariantFolder
 
 COMPARE = "reprokit.comparison.pairs:compare_pairs"  # the offloaded work
 
@@ -60,7 +61,7 @@ def _compare(
 
     def tensors(name: str) -> Any:
         if name not in loaded:
-            loaded[name] = load_tensors(folder / "stages" / name / "tensors.pt")
+            loaded[name] = load_tensors(VariantFolder(folder).stage(name).tensors)
         return loaded[name]
 
     try:

@@ -41,6 +41,7 @@ from reprokit.infra.caching import Store, file_digest
 from reprokit.infra.offload import Offload, here
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Status, VariantResult
+from reprokit.records.folder import stage_path
 
 if TYPE_CHECKING:
     import torch
@@ -68,7 +69,7 @@ def reduce_variant(
         if stage.status is Status.OK and stage.described:
             droppable = set(stage.described) - kept
             with contextlib.suppress(ReprokitError, OSError):  # unreadable: left as it is
-                dropped += _reduce(folder / "stages" / stage.name, droppable, store, offload)
+                dropped += _reduce(stage_path(folder, stage.name), droppable, store, offload)
     return dropped
 
 

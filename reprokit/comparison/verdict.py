@@ -27,6 +27,7 @@ from reprokit.records import (
     Status,
     VariantResult,
 )
+from reprokit.records.folder import VariantFolder
 
 if TYPE_CHECKING:
     from reprokit.generate.variants import Variant
@@ -139,7 +140,7 @@ def compare_stages(
 def _key(variant: Variant, pairs: list[Stage], judges: dict[str, str | None], folder: Path) -> str:
     """The bytes of every tensors.pt compared, how they are compared, and the code comparing."""
     names = {n for s in pairs for n in (s.name, s.reference, judges[s.name]) if n}
-    tensors = {n: file_digest(folder / "stages" / n / "tensors.pt") for n in sorted(names)}
+    tensors = {n: file_digest(VariantFolder(folder).stage(n).tensors) for n in sorted(names)}
     how = [[s.name, s.reference, judges[s.name], s.role, s.of] for s in pairs]
     return Store.key(comparing_code(), tensors, how, variant.tolerances, versions())
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
+from reprokit.records.folder import VariantFolder
 from reprokit.reports import ops
 from reprokit.reports.build import build_report, headline, problems
 from reprokit.reports.bundle import write_bundle
 from reprokit.reports.markdown import BUNDLE, markdown
 from reprokit.reports.model import Issue
 from reprokit.reports.paths import public_paths, user_home
-from reprokit.runner.prepare import CASE_FILE
 
 FORMATS = ("md", "html", "json", "all")
 __all__ = ["FORMATS", "build_report", "headline", "load", "write_reports"]
@@ -70,7 +70,7 @@ def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str |
     if found is None or found.elsewhere is None:
         return None
     (variant,) = problems(summary)  # an issue is the report of a run's one problem
-    case = run_dir / variant.label / CASE_FILE
+    case = VariantFolder(run_dir / variant.label).case
     if "program" not in variant.variant or not case.is_file():
         return None
     out = run_dir.with_name(f"{run_dir.name}-min")

@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 from reprokit.infra.redact import redact_text
+from reprokit.records.folder import CASE_FILE, RESULT, SCRIPT, SUMMARY
 from reprokit.reports.paths import public_paths, user_home
 
 ATTACHMENT_LIMIT = 25 * 1000 * 1000  # GitHub's limit for a file attached to an issue
@@ -55,7 +56,7 @@ def _minimize_scratch(run_dir: Path, path: Path) -> bool:
 
 def _priority(path: Path) -> int:
     """What a maintainer needs first: the summary, then scripts and cases, results, logs."""
-    order = {"summary.json": 0, "repro.py": 1, "case.toml": 1, "result.json": 2}
+    order = {SUMMARY: 0, SCRIPT: 1, CASE_FILE: 1, RESULT: 2}
     if path.name in order:
         return order[path.name]
     return 3 if path.suffix in TEXT else 4

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.records import Comparison, Outcome, StageResult, VariantResult
+from reprokit.records.folder import SCRIPT, VariantFolder
 from reprokit.reports.bundle import ATTACHMENT_LIMIT
 from reprokit.reports.model import (
     Cell,
@@ -264,7 +265,7 @@ def recompiled(stages: tuple[StageResult, ...]) -> tuple[Text, ...]:
 
 def script(run_dir: Path, variant: VariantResult) -> Script | None:
     """The variant's standalone repro.py, when its folder has one."""
-    path = Path(run_dir) / variant.label / "repro.py"
+    path = VariantFolder(Path(run_dir) / variant.label).script
     if not path.is_file():
         return None
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -275,7 +276,7 @@ def script(run_dir: Path, variant: VariantResult) -> Script | None:
 def too_large(run_dir: Path, variant: VariantResult) -> tuple[Text, ...]:
     """Files a case brought beside its script (an exported program) too large to attach."""
     folder = Path(run_dir) / variant.label
-    brought = [p for p in folder.glob("*") if p.is_file() and p.name != "repro.py"]
+    brought = [p for p in folder.glob("*") if p.is_file() and p.name != SCRIPT]
     return tuple(
         f"`{variant.label}/{path.name}` ({path.stat().st_size / 1e6:.0f} MB) is over "
         "GitHub's 25 MB attachment limit and not in the bundle: share it another way, "

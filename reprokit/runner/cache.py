@@ -36,8 +36,8 @@ from reprokit.environment.variables import steering
 from reprokit.errors import ReprokitWarning
 from reprokit.infra.caching import Store, content_digest, read_json
 from reprokit.records import Stage, StageResult, Status, write_json
+from reprokit.records.folder import CASE_FILE, STAGES, VariantFolder, stage_path
 from reprokit.runner.options import Options
-from reprokit.runner.prepare import CASE_FILE
 from reprokit.runner.stage import Executor, StageJob, capabilities_of
 
 UNSTABLE = {"result.json", "graphs.hlo"}  # timings, addresses: not part of what a stage made
@@ -85,14 +85,14 @@ class CachingExecutor:
         stage, options = job.stage, self.options
         env = job.env(options.xla_device)
         parts = {
-            "files": _digest(job.folder, skip=("stages", CASE_FILE)),  # the script says it all
+            "files": _digest(job.folder, skip=(STAGES, CASE_FILE)),  # the script says it all
             "stage": [stage.name, stage.backend, stage.devices, list(stage.needs)],
             **({"localise": True} if job.localise else {}),  # (older keys unchanged)
             "env": steering(env),
             "python": [job.python or options.python, sys.version],
             "versions": self.versions,
             "device": options.xla_device,
-            "needs": {n: _digest(job.folder / "stages" / n) for n in sorted(stage.needs)},
+            "needs": {n: _digest(stage_path(job.folder, n)) for n in sorted(stage.needs)},
         }
         if options.dump_hlo and stage.backend.startswith("xla"):  # a stage run without it
             parts["dump_hlo"] = True  # left no graphs.hlo to bring back (other keys unchanged)
@@ -102,7 +102,7 @@ class CachingExecutor:
         """Whether the variant's stages wrote in ``stages/`` beside their own folders (warned
         once per variant)."""
         folder, names = job.folder, {stage.name for stage in job.dag}
-        stages = folder / "stages"
+        stages = VariantFolder(folder).stages
         if not names or not stages.is_dir():  # its DAG not given: nothing to tell them by
             return False
         stray = sorted(p.name for p in stages.iterdir() if p.name not in names)
@@ -126,14 +126,14 @@ class CachingExecutor:
             result = StageResult.from_json(data["result"])
         except (ValueError, KeyError, TypeError, AttributeError):  # none, or another version's
             return None
-        target = job.folder / "stages" / job.stage.name
+        target = stage_path(job.folder, job.stage.name)
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(entry / "stage", target, symlinks=True)
         return replace(result, reused=data.get("run"))
 
     def _put(self, key: str, job: StageJob, result: StageResult) -> None:
         """Kept atomically: a whole entry or none, whichever run writes it first."""
-        source = job.folder / "stages" / job.stage.name
+        source = stage_path(job.folder, job.stage.name)
         if _size(source) > LARGEST:
             return
         run = str(self.run_dir.resolve())

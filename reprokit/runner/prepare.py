@@ -18,10 +18,9 @@ from reprokit.environment.uv import env_python
 from reprokit.environment.variables import carried as carried_variables
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
+from reprokit.records.folder import VariantFolder
 from reprokit.runner.options import Options
 from reprokit.runner.stage import StageJob
-
-CASE_FILE = "case.toml"  # the variant's case, beside its script: a run carries its verdict's inputs
 
 
 @dataclass(frozen=True)
@@ -46,12 +45,13 @@ def prepare(
     variant = replace(variant, exported={**variant.exported, **carried_variables(os.environ)})
     script = render(variant, templates=options.templates)
     python = str(env_python(variant.env, announce=announce)) if variant.env else None
-    folder = run_dir / variant.label
-    shutil.rmtree(folder / "stages", ignore_errors=True)
+    where = VariantFolder(run_dir / variant.label)
+    folder = where.path
+    shutil.rmtree(where.stages, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "repro.py").write_text(script, encoding="utf-8")
+    where.script.write_text(script, encoding="utf-8")
     variant.copy_files(folder, link=True)
-    case, carried = variant.case.path, folder / CASE_FILE  # merge judges it again from here
+    case, carried = variant.case.path, where.case  # merge judges it again from here
     if case.is_file() and not (carried.exists() and carried.samefile(case)):
         shutil.copyfile(case, carried)
     return Prepared(variant, folder, python)

@@ -41,9 +41,10 @@ from reprokit.environment.variables import NODE_OWN, RAY_SETS, STEERING
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import is_secret_name, secret_values
 from reprokit.records import Stage, StageResult, Status
+from reprokit.records.folder import last_words, stage_path
 from reprokit.runner import signals
 from reprokit.runner.options import Options
-from reprokit.runner.stage import Capabilities, LocalExecutor, StageJob, cold, last_words
+from reprokit.runner.stage import Capabilities, LocalExecutor, StageJob, cold
 from reprokit.runner.stage_files import Shared, inputs, made_files, pack, snapshot, unpack
 
 INSTALL = "pip install 'reprokit[ray]'"
@@ -105,7 +106,7 @@ class RayExecutor:
         data, made, node = answer
         if made is not None:
             with self.unpacking:  # tarfile makes folders racily: two stages' stages/beside/
-                shutil.rmtree(job.folder / "stages" / stage.name, ignore_errors=True)
+                shutil.rmtree(stage_path(job.folder, stage.name), ignore_errors=True)
                 unpack(made, job.folder)
         return replace(StageResult.from_json(data), host=node, started=STARTED)
 

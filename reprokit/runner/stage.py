@@ -10,9 +10,7 @@ classified.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,13 +19,18 @@ from typing import Any, Protocol
 from reprokit.infra.pause import pause
 from reprokit.infra.redact import redact_file, secret_values
 from reprokit.records import Stage, StageResult, Status
+from reprokit.records.folder import (
+    LIST_STAGES,
+    SCRIPT,
+    STAGES,
+    VariantFolder,
+    last_words,
+    log_path,
+)
 from reprokit.runner import backends
 from reprokit.runner.dag import parse_stages, read_stages
 from reprokit.runner.options import Options
 from reprokit.runner.procs import Ended, run_process
-
-LIST_STAGES = "--list-stages"
-
 
 WARM = "warm"  # StageResult.started of a stage forked from a warm server
 
@@ -120,11 +123,12 @@ class LocalExecutor:
 
     def run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
         stage, folder = job.stage, job.folder
-        (folder / "stages" / stage.name).mkdir(parents=True, exist_ok=True)
+        own = VariantFolder(folder).stage(stage.name)
+        own.path.mkdir(parents=True, exist_ok=True)
         command, env = self.command_of(job)
         result = self.spawn(command, folder, stage.name, stage.backend, env, stop, job.timeout)
         pause("stage-ended")
-        written = _result_json(folder / "stages" / stage.name)
+        written = own.read_result()
         if result.status is Status.INTERRUPTED and written is not None:
             # result.json is a stage's last act: stopped while Python shut down, it had finished
             reason = "stopped by the interrupt after it wrote its result.json"
@@ -136,7 +140,7 @@ class LocalExecutor:
     def command_of(self, job: StageJob) -> tuple[list[str], dict[str, str]]:
         """The stage's command line and environment."""
         stage, folder = job.stage, job.folder
-        args = ["--stage", stage.name, "--workdir", "stages"]
+        args = ["--stage", stage.name, "--workdir", STAGES]
         args += ["--xla-device", self.options.xla_device]
         if job.localise:
             args.append("--localise")
@@ -146,14 +150,14 @@ class LocalExecutor:
         if self.options.dump_hlo and stage.backend.startswith("xla"):
             env |= {
                 "XLA_SAVE_TENSORS_FMT": "hlo",  # torch_xla writes every graph it syncs
-                "XLA_SAVE_TENSORS_FILE": str(folder / "stages" / stage.name / "graphs.hlo"),
+                "XLA_SAVE_TENSORS_FILE": str(VariantFolder(folder).stage(stage.name).hlo),
             }
         return self._script(args, job.python), env
 
     def list_stages(self, folder: Path, stop: threading.Event) -> tuple[StageResult, list[Stage]]:
         """The script's stage DAG: its STAGES literal, else what ``--list-stages`` prints;
         :class:`StagesUnlisted` says why there is none."""
-        read = read_stages((folder / "repro.py").read_text("utf-8", "replace"))
+        read = read_stages(VariantFolder(folder).read_script())
         if read is not None:
             return StageResult(LIST_STAGES, "cpu", Status.OK, 0, seconds=0.0), read
         env = backends.stage_env("cpu", self.options.xla_device)
@@ -173,7 +177,7 @@ class LocalExecutor:
         """Nothing to end: each child ended with its stage."""
 
     def _script(self, args: list[str], python: str | None = None) -> list[str]:
-        return [python or self.options.python, "repro.py", *args]
+        return [python or self.options.python, SCRIPT, *args]
 
     def spawn(
         self,
@@ -247,57 +251,8 @@ class Launch:
     timeout: float
 
 
-def log_path(folder: Path, stage: str, stream: str = "stderr") -> Path:
-    """Where a stage's (or the listing's) log of ``stream`` lies in its variant folder."""
-    if stage == LIST_STAGES:
-        return folder / f"list-stages.{stream}.log"
-    return folder / "stages" / stage / f"{stream}.log"
-
-
-TAIL = 12  # lines of a failed stage's stderr kept in its record
 # A record's field: its name in result.json.
 FIELDS = {"metrics": "metrics", "described": "tensors", "xla": "xla", "versions": "versions"}
-
-
-def last_words(result: StageResult, folder: Path) -> StageResult:
-    """A failed stage's record with its exception and the tail of its stderr."""
-    if not result.failed:
-        return result
-    tail = log_tail(log_path(folder, result.name))
-    return replace(result, error=_exception(tail), stderr_tail=tuple(tail[-TAIL:]))
-
-
-def log_tail(log: Path, size: int = 16384) -> list[str]:
-    """The last lines of a (capped, redacted) log."""
-    try:
-        with log.open("rb") as file:
-            start = max(0, log.stat().st_size - size)
-            file.seek(start)
-            lines = file.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return []
-    return lines[1:] if start else lines  # the first line read may be cut
-
-
-def _exception(lines: list[str]) -> str | None:
-    """The exception a Python traceback ends with (``AssertionError: ...``), else None; lines
-    that torch.distributed prefixes with ``[rank0]:`` are read without it."""
-    lines = [re.sub(r"^\[rank\d+\]:\s?", "", line) for line in lines]
-    found = None
-    for index, line in enumerate(lines):
-        if line.startswith("Traceback (most recent call last)"):
-            after = (ln for ln in lines[index + 1 :] if ln and not ln[0].isspace())
-            found = next(after, found)
-    return found[:300] if found else None
-
-
-def _result_json(stage_dir: Path) -> dict[str, Any] | None:
-    """The stage's result.json, or None when it has none (or half of one)."""
-    try:
-        data = json.loads((stage_dir / "result.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _result_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -305,3 +260,34 @@ def _result_fields(data: dict[str, Any]) -> dict[str, Any]:
     tensors (``"tensors": {name: {"op": ..., "source": ...}}``), what torch_xla saw."""
     found = {key: data.get(name) for key, name in FIELDS.items()}
     return {k: v for k, v in found.items() if isinstance(v, dict)}
+
+
+# The one way to start a child that runs a stage's kind of work outside a run's DAG (a user's
+# script under ``reprokit wrap``, a short repro run alone, a script asked for its stages by
+# ``reprokit merge``): the same process group, timeout, TERM/KILL, capped and redacted logs and
+# ending classified as a stage of ``reprokit run``, never a bare ``subprocess``.
+
+
+def run_command(
+    command: list[str],
+    *,
+    folder: Path,
+    name: str,
+    backend: str,
+    env: dict[str, str],
+    options: Options,
+    cwd: Path | None = None,
+    stop: threading.Event | None = None,
+) -> StageResult:
+    """``command`` run as stage ``name`` of the variant folder ``folder`` (its logs under
+    ``stages/<name>/``), in ``cwd`` (else ``folder``), fresh: a stage's guarantees."""
+    VariantFolder(folder).stage(name).path.mkdir(parents=True, exist_ok=True)
+    executor = LocalExecutor(options)
+    return executor.spawn(command, folder, name, backend, env, stop or threading.Event(), cwd=cwd)
+
+
+def stage_dag(folder: Path, options: Options | None = None) -> list[Stage]:
+    """The stage DAG of the script in the variant folder ``folder``: its STAGES literal, else
+    what ``--list-stages`` prints, run here; :class:`StagesUnlisted` says why there is none."""
+    executor = LocalExecutor(options or Options(cache=False, warm=False))
+    return executor.list_stages(folder, threading.Event())[1]

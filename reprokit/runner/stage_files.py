@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from reprokit.records import Stage
+from reprokit.records.folder import STAGES, VariantFolder, stage_path
 from reprokit.runner.dag import needed
 from reprokit.runner.stage import StageJob
 
@@ -37,10 +38,10 @@ from reprokit.runner.stage import StageJob
 def inputs(job: StageJob, dag: list[Stage]) -> list[Path]:
     """What a stage may read of its variant folder (see the module's docstring). Without the
     variant's stages (``dag`` empty), every stage folder but its own."""
-    folder, stages = job.folder, job.folder / "stages"
+    folder, stages = job.folder, VariantFolder(job.folder).stages
     named = {s.name for s in dag} | {job.stage.name}
     wanted = needed(dag, job.stage.needs)
-    found = [path for path in sorted(folder.iterdir()) if path.name != "stages"]
+    found = [path for path in sorted(folder.iterdir()) if path.name != STAGES]
     for path in sorted(stages.iterdir()) if stages.is_dir() else ():
         if path.name in wanted or path.name not in named:
             found.append(path)
@@ -64,9 +65,9 @@ def made_files(
 ) -> list[str]:
     """What a stage made under ``root``: its folder, and every other file new or changed
     since ``before``, but in the folders of the ``others`` (stages running beside it)."""
-    own = os.path.join("stages", name)
+    own = os.path.join(STAGES, name)
     made = [own] if (root / own).exists() else []
-    skip = tuple(os.path.join("stages", n) + os.sep for n in (name, *others))
+    skip = tuple(os.path.join(STAGES, n) + os.sep for n in (name, *others))
     changed = (p for p, sig in snapshot(root).items() if before.get(p) != sig)
     return made + sorted(p for p in changed if not p.startswith(skip))
 
@@ -117,7 +118,7 @@ class Shared:
                 target = there / path.relative_to(job.folder)
                 if not target.exists():
                     _copy(path, target, links=False)
-            shutil.rmtree(there / "stages" / job.stage.name, ignore_errors=True)
+            shutil.rmtree(stage_path(there, job.stage.name), ignore_errors=True)
             self.before[there, job.stage.name] = snapshot(there)
         return replace(job, folder=there)
 
@@ -128,7 +129,7 @@ class Shared:
             return
         with self._gate(job.folder):  # no send copies into the mirror meanwhile
             before = self.before.pop((there, job.stage.name))
-            shutil.rmtree(job.folder / "stages" / job.stage.name, ignore_errors=True)
+            shutil.rmtree(stage_path(job.folder, job.stage.name), ignore_errors=True)
             for made in made_files(there, before, job.stage.name, stages - {job.stage.name}):
                 _copy(there / made, job.folder / made, links=True)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-import threading
 import tomllib
 import warnings
 from collections.abc import Iterable
@@ -36,10 +35,9 @@ from reprokit.records import (
     VariantResult,
     write_summary,
 )
+from reprokit.records.folder import STAGES, RunFolder, VariantFolder, stage_path
 from reprokit.reports import load
-from reprokit.runner.options import Options
-from reprokit.runner.prepare import CASE_FILE
-from reprokit.runner.stage import LocalExecutor, StagesUnlisted
+from reprokit.runner.stage import StagesUnlisted, stage_dag
 
 SAME_RELEASE = ("torch", "torch_xla")  # runs made with other releases are not merged
 REDUCED = "tensors.json"  # a stage's recorded operations left out (comparison/retention.py)
@@ -119,7 +117,9 @@ def _merge_variant(
     """One variant: its script from the runs (the same in each), each stage from the run that
     ran it, and the verdict computed anew."""
     having = [run for run in runs if run.variant(label) is not None]
-    scripts = {run.folder: (run.folder / label / "repro.py").read_bytes() for run in having}
+    scripts = {
+        run.folder: RunFolder(run.folder).variant(label).script.read_bytes() for run in having
+    }
     if len(set(scripts.values())) > 1:
         raise ReprokitError(
             f"variant {label}: its repro.py differs between "
@@ -128,16 +128,16 @@ def _merge_variant(
         )
     folder = out / label
     shutil.rmtree(folder, ignore_errors=True)
-    shutil.copytree(having[0].folder / label, folder, ignore=shutil.ignore_patterns("stages"))
+    shutil.copytree(having[0].folder / label, folder, ignore=shutil.ignore_patterns(STAGES))
     stages = _stages(folder)
     chosen: dict[str, StageResult] = {}
     reduced = []
     for stage in stages:
         run, result = _ran(stage.name, label, having)
         chosen[stage.name] = result
-        source = run.folder / label / "stages" / stage.name
+        source = RunFolder(run.folder).variant(label).stage(stage.name).path
         if source.is_dir():
-            shutil.copytree(source, folder / "stages" / stage.name)
+            shutil.copytree(source, stage_path(folder, stage.name))
             if (source / REDUCED).is_file():
                 reduced.append(stage.name)
         if result.status is not Status.SKIPPED:
@@ -184,11 +184,10 @@ def _ran(name: str, label: str, runs: list[_Run]) -> tuple[_Run, StageResult]:
 
 def _stages(folder: Path) -> list[Stage]:
     """The script's stage DAG (its STAGES literal, else ``--list-stages`` run here)."""
-    executor = LocalExecutor(Options(cache=False, warm=False))
     try:
-        return executor.list_stages(folder, threading.Event())[1]
+        return stage_dag(folder)
     except StagesUnlisted as exc:
-        raise ReprokitError(f"no stage DAG: {exc}", folder / "repro.py") from None
+        raise ReprokitError(f"no stage DAG: {exc}", VariantFolder(folder).script) from None
 
 
 def _variant(
@@ -199,7 +198,7 @@ def _variant(
     try:
         (path,) = find_cases([recorded.case], cases)
     except ReprokitError as exc:
-        carried = [r.folder / recorded.label / CASE_FILE for r in having]
+        carried = [RunFolder(r.folder).variant(recorded.label).case for r in having]
         path = next((p for p in carried if p.is_file()), None)
         if path is None:  # a run made before runs carried their case
             raise ReprokitError(

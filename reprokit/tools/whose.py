@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.records import Whose
+from reprokit.records.folder import SCRIPT
 from reprokit.runner.options import Options
 
 if TYPE_CHECKING:  # minimize.graph's package imports torch: alone.py is imported when run
@@ -30,7 +31,7 @@ UNKNOWN = "unknown"
 PASS = "XLA pass "  # + the pass's name
 ALL_OFF = "--xla_disable_all_hlo_passes=true"
 DUMP = "--xla_dump_to={} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=.*"
-FILES = ("repro.py", "inputs.pt")  # what a short repro's folder holds that it reads
+FILES = (SCRIPT, "inputs.pt")  # what a short repro's folder holds that it reads
 # module_0000.SyncTensorsGraph.5.0005.simplification.after_algsimp.before_simplify-sorts.txt
 STEP = re.compile(r"^(module_\d+\..+?)\.(\d{4})\.(.+)\.txt$")
 AFTER = re.compile(r"^([^.]+)\.after_([^.]+)\.before_[^.]+$")

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shlex
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,12 +28,13 @@ from reprokit.environment.machine import describe_machine
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import Outcome, RunSummary, Status, VariantResult, XlaEvidence, write_summary
+from reprokit.records.folder import RunFolder, last_words, log_path, log_tail
 from reprokit.records.xla import CACHED
 from reprokit.reports.evidence import WRAP_CASE, WRAP_SCRIPT
 from reprokit.runner import backends
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import now
-from reprokit.runner.stage import LocalExecutor, last_words, log_path, log_tail
+from reprokit.runner.stage import run_command
 
 STAGE = "script"
 DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)
@@ -54,18 +54,19 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
         raise ReprokitError("nothing to run", hint="reprokit wrap -- python train.py ARGS")
     start, started = time.monotonic(), now()
     label = _label(command)
-    stage_dir = Path(run_dir) / label / "stages" / STAGE
+    variant_dir = RunFolder(Path(run_dir)).variant(label)
+    stage_dir = variant_dir.stage(STAGE).path
     stage_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("metrics.txt", "devices.json"):  # an earlier wrap into the same folder's
         (stage_dir / stale).unlink(missing_ok=True)
     env = child_env(stage_dir, options)
-    executor = LocalExecutor(options)
-    folder = stage_dir.parents[1]
+    folder = variant_dir.path
     copied = copy_script(command, folder, Path.cwd())  # before it runs: as it ran
     try:
-        result = executor.spawn(
-            command, folder, STAGE, "xla", env, threading.Event(), cwd=Path.cwd()
-        )
+        result = run_command(
+            command, folder=folder, name=STAGE, backend="xla", env=env, options=options,
+            cwd=Path.cwd(),
+        )  # fmt: skip
     except FileNotFoundError:
         raise ReprokitError(f"no such program: {command[0]!r}", hint="Give a command to run, "
                             "e.g. reprokit wrap -- python train.py") from None  # fmt: skip

@@ -23,6 +23,7 @@ from reprokit.generate.render import render
 from reprokit.generate.templates import Param
 from reprokit.generate.variants import Variant
 from reprokit.records import MinimizeResult
+from reprokit.records.folder import SCRIPT
 from reprokit.runner.options import Options
 from reprokit.tools.minimize.cache import Cache
 from reprokit.tools.minimize.ddmin import ddmin
@@ -76,7 +77,7 @@ def minimize(
     )
 
     def write_script(folder: Path) -> None:
-        (folder / "repro.py").write_text(script, encoding="utf-8")
+        (folder / SCRIPT).write_text(script, encoding="utf-8")
         minimal.copy_files(folder)
 
     best = search.best_result if search else None

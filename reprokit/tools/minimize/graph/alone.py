@@ -1,28 +1,34 @@
 """The short repro run alone, as a maintainer runs it pasted from an issue: in a folder of its
 own, a fresh interpreter (``-I``: no user site, no PYTHONPATH) with only PATH and XLA's
 device set. minimize checks a candidate repro by it, and keeps the written repro's output
-(``repro.out``), which the report shows under the script."""
+(``repro.out``), which the report shows under the script. It starts as a stage does
+(reprokit.runner.stage.run_command: its own process group, the timeout, TERM then KILL, capped
+logs)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from reprokit.records import Status
+from reprokit.records.folder import SCRIPT, VariantFolder
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
+from reprokit.runner.stage import run_command
 
 OUTPUT = "repro.out"
+ALONE = "alone"  # the run's name, where its logs lie
 
 
 @dataclass(frozen=True)
 class Ran:
-    returncode: int | None  # None: it ran past the timeout
+    returncode: int | None  # None: it ran past the timeout, or a signal ended it
     stdout: str
     stderr: str
+    signal: str | None = None  # the signal that ended it (SIGSEGV)
 
     def shows(self) -> bool:
         """It says XLA differs and exits 1: a raise is as likely the repro's fault as XLA's."""
@@ -34,7 +40,9 @@ class Ran:
         lines = [f"$ PJRT_DEVICE={device} python repro.py", *self.stdout.rstrip().splitlines()]
         if self.returncode not in (0, 1):
             lines += self.stderr.rstrip().splitlines()[-10:]
-        ended = "timed out" if self.returncode is None else f"exit {self.returncode}"
+        ended = f"exit {self.returncode}"
+        if self.returncode is None:
+            ended = f"killed by {self.signal}" if self.signal else "timed out"
         return "\n".join([*lines, ended]) + "\n"
 
 
@@ -51,16 +59,18 @@ def run_alone(
     folder.mkdir(parents=True, exist_ok=True)
     kept = {k: os.environ[k] for k in ("PATH", "HOME", "TMPDIR") if k in os.environ}
     env = stage_env("xla", options.xla_device, base=kept) | dict(extra or {})
-    with tempfile.TemporaryDirectory(dir=folder) as where:
-        write(Path(where))
-        try:
-            done = subprocess.run(
-                [options.python, "-I", "repro.py"], cwd=where, env=env, capture_output=True,
-                text=True, timeout=options.timeout, stdin=subprocess.DEVNULL, check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired as stopped:
-            return Ran(None, _text(stopped.stdout), _text(stopped.stderr))
-    return Ran(done.returncode, done.stdout, done.stderr)
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        where = Path(scratch) / "repro"  # the repro's folder holds nothing but what it reads
+        where.mkdir()
+        write(where)
+        result = run_command(
+            [options.python, "-I", SCRIPT], folder=Path(scratch), name=ALONE, backend="xla",
+            env=env, options=options, cwd=where,
+        )  # fmt: skip
+        logs = VariantFolder(Path(scratch)).stage(ALONE)
+        stdout, stderr = (_text(logs.log(stream)) for stream in ("stdout", "stderr"))
+    timed_out = result.status is Status.TIMEOUT
+    return Ran(None if timed_out else result.returncode, stdout, stderr, result.signal)
 
 
 def keep_output(
@@ -74,5 +84,8 @@ def keep_output(
     return ran
 
 
-def _text(data: bytes | str | None) -> str:
-    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+def _text(log: Path) -> str:
+    try:
+        return log.read_text("utf-8", "replace")
+    except OSError:
+        return ""

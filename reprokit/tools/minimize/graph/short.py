@@ -33,6 +33,7 @@ from reprokit.generate.render import environment
 from reprokit.generate.templates import template_dirs
 from reprokit.generate.variables import with_variables
 from reprokit.generate.variants import Variant
+from reprokit.records.folder import SCRIPT
 from reprokit.tools.minimize.graph.gradient import Gradient
 from reprokit.tools.minimize.graph.program import Original, State
 from reprokit.tools.minimize.graph.script import _line, _var
@@ -205,7 +206,7 @@ def rendered(context: Mapping[str, Any], dirs: tuple[Path, ...] = ()) -> str:
     it raises)."""
     found = tuple(dict.fromkeys([*dirs, *template_dirs()]))
     script = environment(found).get_template(TEMPLATE).render(dict(context))
-    compile(script, "repro.py", "exec")
+    compile(script, SCRIPT, "exec")
     return script
 
 
@@ -213,7 +214,7 @@ def write(folder: Path, script: str, stored_values: Mapping[str, Any]) -> None:
     """repro.py, and inputs.pt beside it only when the short repro reads it."""
     import torch
 
-    (folder / "repro.py").write_text(script, encoding="utf-8")
+    (folder / SCRIPT).write_text(script, encoding="utf-8")
     (folder / INPUTS_FILE).unlink(missing_ok=True)
     if stored_values:
         torch.save({k: v.contiguous() for k, v in stored_values.items()}, folder / INPUTS_FILE)
