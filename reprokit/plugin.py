@@ -25,8 +25,8 @@ import pytest
 
 from reprokit.errors import ReprokitError
 from reprokit.records import Outcome, VariantResult
+from reprokit.run_flags import RUN_OPTIONS, RunOption, build_options, environments
 from reprokit.runner import backends
-from reprokit.runner.run_options import RUN_OPTIONS, RunOption, build_options, environments
 
 if TYPE_CHECKING:
     from reprokit.generate.variants import Variant
@@ -36,7 +36,7 @@ WORST = 3  # differing tensors shown in a failure
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """The run options of ``reprokit run`` (declared once, runner/run_options.py) as
+    """The run options of ``reprokit run`` (declared once, run_flags.py) as
     ``--reprokit-NAME``, and where items keep their run folders."""
     group = parser.getgroup("reprokit", "reprokit case files (cases/*.toml)")
     for option in RUN_OPTIONS:

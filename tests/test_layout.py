@@ -96,7 +96,7 @@ LAYERS = (
     ("reprokit.generate", "reprokit.comparison", "reprokit.runner", "reprokit.reports"),
     ("reprokit.tools",),
     ("reprokit",),
-    ("reprokit.cli", "reprokit.plugin", "reprokit.__main__"),
+    ("reprokit.cli", "reprokit.plugin", "reprokit.run_flags", "reprokit.__main__"),
 )
 
 
@@ -258,7 +258,7 @@ def test_the_cli_and_the_plugin_take_the_same_run_options():
 
     from reprokit import plugin
     from reprokit.cli import app
-    from reprokit.runner.run_options import RUN_OPTIONS
+    from reprokit.run_flags import RUN_OPTIONS
 
     run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     cli = {flag for param in run.params for flag in param.opts if flag.startswith("-")}
@@ -277,7 +277,7 @@ def test_the_run_options_build_the_options_reprokit_run_always_built():
 
     from reprokit.errors import ReprokitError
     from reprokit.runner.options import Options
-    from reprokit.runner.run_options import build_options
+    from reprokit.run_flags import build_options
 
     assert build_options({"xla_device": "cpu"}) == Options()  # each default is Options' own
     given = {"no_cache": True, "cold": True, "stages": "a,,b", "templates": ["t"], "jobs": 9}

@@ -19,8 +19,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from reprokit.errors import ExitCode, ReprokitError, ReprokitWarning
+from reprokit.records import RunSummary
+from reprokit.run_flags import BY_NAME, RUN_OPTIONS, RunOption
 from reprokit.runner import signals
-from reprokit.runner.run_options import BY_NAME, RUN_OPTIONS, RunOption
 
 app = typer.Typer(
     add_completion=False,
@@ -36,7 +37,7 @@ Function = TypeVar("Function", bound=Callable[..., Any])
 
 
 def run_option(option: RunOption | str, *, help: str | None = None) -> Any:
-    """The annotated type of a declared run option (runner/run_options.py), as typer takes
+    """The annotated type of a declared run option (run_flags.py), as typer takes
     it; ``help`` where a command says it in its own words."""
     option = BY_NAME[option] if isinstance(option, str) else option
     if option.kind is bool:
@@ -86,6 +87,12 @@ RunDirOpt = Annotated[
 XlaDeviceOpt = run_option("xla_device")
 TimeoutOpt = run_option("timeout")
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+JobsOpt = Annotated[str, typer.Option("-n", help="stages at once: N or auto (one per CPU)")]
+
+
+def passed(summary: RunSummary) -> ExitCode:
+    """A run's exit code: 1 when a variant did not end as its case expects, else 0."""
+    return ExitCode.FAILED if summary.count(False) else ExitCode.OK
 
 
 def reports_errors(command: Function) -> Function:

@@ -1,9 +1,13 @@
-"""The options of a run, declared once: ``reprokit run`` derives its typer parameters from
-:data:`RUN_OPTIONS` and the pytest plugin its ``--reprokit-*`` options, and both build their
-:class:`Options` with :func:`build_options`, so that the two cannot drift apart.
+"""The run options as the adapters spell them, declared once: ``reprokit run`` derives its
+typer parameters from :data:`RUN_OPTIONS` (``--NAME``) and the pytest plugin its
+``--reprokit-NAME`` options, and both build their :class:`Options` with :func:`build_options`,
+so that the two cannot drift apart.
 
-Neither typer nor pytest is imported here: each adapter turns a :class:`RunOption` into its own
-kind of parameter (reprokit/cli/app.py, reprokit/plugin.py).
+An adapter module (the layer of reprokit/cli/ and reprokit/plugin.py), not the library's: the
+library below takes plain keywords (:class:`reprokit.runner.options.Options`), as Polygraphy's
+tools keep their argument groups in ``tools/args/``. Neither typer nor pytest is imported here:
+each adapter turns a :class:`RunOption` into its own kind of parameter (reprokit/cli/app.py,
+reprokit/plugin.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,48 @@
+"""``reprokit wrap -- python train.py``: your own script as one stage of a run."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+import reprokit
+from reprokit.cli.app import (
+    RunDirOpt,
+    XlaDeviceOpt,
+    out,
+    reports_errors,
+    run_option,
+)
+from reprokit.run_flags import build_options
+from reprokit.runner import progress
+from reprokit.runner.options import TIMEOUT, default_run_dir
+
+WrapHloOpt = run_option("dump_hlo", help="save XLA's graphs as HLO text")
+
+WrapTimeoutOpt = run_option("timeout", help="seconds it may run")
+
+# Everything after the command is the command's own: its options are not reprokit's.
+WRAP_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+@reports_errors
+def wrap_(
+    command: Annotated[list[str], typer.Argument(help="the command: -- python train.py ARGS")],
+    output: RunDirOpt = None,
+    dump_hlo: WrapHloOpt = False,
+    timeout: WrapTimeoutOpt = TIMEOUT,
+    xla_device: XlaDeviceOpt = None,
+) -> None:
+    """Your own script under torch_xla's debug settings, as one stage of a run that
+    `reprokit report` turns into an issue; the exit code is the script's."""
+    from reprokit.tools.wrap import exit_code
+
+    given = {"timeout": timeout, "xla_device": xla_device, "dump_hlo": dump_hlo}
+    run_dir = output or default_run_dir()
+    summary = reprokit.wrap(command, run_dir=run_dir, options=build_options(given))
+    (variant,) = summary.variants
+    out.print(progress.variant_line(variant), highlight=False)
+    out.print(f"run folder: {escape(str(run_dir))}; next: reprokit report {escape(str(run_dir))}")
+    raise typer.Exit(exit_code(summary))
