@@ -17,7 +17,7 @@ from pathlib import Path
 
 from reprokit.generate.variants import load_variants
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.cache import Cache
+from reprokit.tools.minimize.candidate_cache import Cache
 from reprokit.tools.minimize.params import Params, bisect_param, minimize, param_search, simplest
 from reprokit.tools.minimize.search import Runner, Search
 

@@ -21,7 +21,7 @@ import torch
 from reprokit.generate.variants import load_variants
 from reprokit.runner.options import Options
 from reprokit.tools.capture import command
-from reprokit.tools.minimize.cache import Cache
+from reprokit.tools.minimize.candidate_cache import Cache
 from reprokit.tools.minimize.graph import minimize_graph
 
 MODELS = Path(__file__).parents[1] / "tests" / "data" / "minimize_graph" / "models.py"

@@ -276,8 +276,8 @@ def test_the_run_options_build_the_options_reprokit_run_always_built():
     import pytest
 
     from reprokit.errors import ReprokitError
-    from reprokit.runner.options import Options
     from reprokit.run_flags import build_options
+    from reprokit.runner.options import Options
 
     assert build_options({"xla_device": "cpu"}) == Options()  # each default is Options' own
     given = {"no_cache": True, "cold": True, "stages": "a,,b", "templates": ["t"], "jobs": 9}

@@ -25,7 +25,7 @@ from reprokit.generate.variants import Variant
 from reprokit.records import MinimizeResult
 from reprokit.records.folder import SCRIPT
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.cache import Cache
+from reprokit.tools.minimize.candidate_cache import Cache
 from reprokit.tools.minimize.ddmin import ddmin
 from reprokit.tools.minimize.output import result_of, write_out
 from reprokit.tools.minimize.search import (

@@ -25,7 +25,7 @@ from reprokit.generate.variants import Variant
 from reprokit.records import VariantResult
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted, run
-from reprokit.tools.minimize.cache import Cache
+from reprokit.tools.minimize.candidate_cache import Cache
 from reprokit.tools.minimize.target import Target
 
 C = TypeVar("C")

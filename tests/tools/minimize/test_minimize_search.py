@@ -14,7 +14,7 @@ from reprokit.environment.uv import EnvSpec
 from reprokit.generate.templates import Param
 from reprokit.records import Outcome, StageResult, Status, VariantResult
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.cache import Cache
+from reprokit.tools.minimize.candidate_cache import Cache
 from reprokit.tools.minimize.params import shrink
 from reprokit.tools.minimize.search import BudgetSpent, Runner, Search
 from reprokit.tools.minimize.target import Target
@@ -140,7 +140,7 @@ def test_the_cache_key_names_the_interpreter():
 def test_the_cache_key_names_the_code_that_judged(monkeypatch):
     """A candidate judged before a fix to the comparison (an inf - inf error, say) is judged
     again: the minimizer's cache served the old verdict to the report."""
-    import reprokit.tools.minimize.cache as cache
+    import reprokit.tools.minimize.candidate_cache as cache
 
     before = Cache.key("print()", Options())
     monkeypatch.setattr(cache, "comparing_code", lambda: {"tensors.py": "fixed"})

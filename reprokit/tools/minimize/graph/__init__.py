@@ -2,7 +2,7 @@
 show its outcome (a mismatch at the same kind of operation, or the same failure).
 
 ``minimize_graph`` is ``reprokit minimize`` for such a case: the program strategies of
-:mod:`~reprokit.tools.minimize.graph.search`, then the parameter search of
+:mod:`~reprokit.tools.minimize.graph.strategies`, then the parameter search of
 :mod:`reprokit.tools.minimize.params` on the minimal program, both through one
 :class:`~reprokit.tools.minimize.search.Runner` (one budget, one cache, one count). It writes,
 into the output folder, ``minimal.pt2``, ``minimal.toml`` (the case on the minimal program),
@@ -41,11 +41,11 @@ from reprokit.records import (
 from reprokit.records.minimize import GraphShrink, Step
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted
-from reprokit.tools.minimize.cache import Cache
+from reprokit.tools.minimize.candidate_cache import Cache
 from reprokit.tools.minimize.graph import gradient, program, script, short
 from reprokit.tools.minimize.graph.alone import keep_output
 from reprokit.tools.minimize.graph.program import State
-from reprokit.tools.minimize.graph.search import Programs, strategies
+from reprokit.tools.minimize.graph.strategies import Programs, strategies
 from reprokit.tools.minimize.output import result_of, write_out
 from reprokit.tools.minimize.params import shrink
 from reprokit.tools.minimize.search import (
