@@ -33,11 +33,11 @@ from pathlib import Path
 from reprokit.generate.variants import Variant, load_variants
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Stage, StageResult
-from reprokit.runner.executors import make_executor
 from reprokit.runner.keywords import select
 from reprokit.runner.options import Options
+from reprokit.runner.processes.executors import make_executor
+from reprokit.runner.processes.stage import Executor, StageJob
 from reprokit.runner.scheduler import run
-from reprokit.runner.stage import Executor, StageJob
 
 SEED = "xser_to_spmd"
 

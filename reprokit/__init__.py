@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from reprokit.records import Comparison, MinimizeResult, Outcome, RunSummary, VariantResult
     from reprokit.reports import write_reports as report
     from reprokit.runner.options import Options
+    from reprokit.runner.processes.stage import Executor
     from reprokit.runner.scheduler import Interrupted, Reporter
-    from reprokit.runner.stage import Executor
     from reprokit.tools.bisect import Bisection
     from reprokit.tools.convert import Conversion
     from reprokit.tools.sweep import SweepResult

@@ -70,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("reprokit_executor", "local") == "ray":
         # One connection for the session: each item's executor finds Ray initialized and
         # uses it, rather than starting (seconds) and stopping a Ray of its own.
-        from reprokit.runner.ray_executor import RayExecutor
+        from reprokit.runner.processes.ray_executor import RayExecutor
 
         try:
             session_ray = RayExecutor(build_options(_run_values(config)))

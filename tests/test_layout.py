@@ -313,3 +313,73 @@ def test_a_script_rendered_then_listed_is_parsed_once(tmp_path):
     assert read_stages(script.read_text("utf-8"))
     info = parse_python.cache_info()
     assert (info.misses, info.hits) == (1, 0)
+
+
+# The run folder's layout is spelled in one module (reprokit/records/folder.py, as pytest's
+# cacheprovider.py owns .pytest_cache): no other joins "stages" or names "repro.py". The ops
+# feature's tools/ops/groups.py writes a short repro's "repro.py" into a findings folder; it is
+# being changed by its own engineer and will take records.folder.SCRIPT with it.
+FOLDER_OWNER = "records/folder.py"
+FOLDER_SPELLING_LEFT = {"tools/ops/groups.py"}
+
+
+def folder_spellings(source: str) -> list[int]:
+    """The lines where ``source`` spells a run folder path part itself: "repro.py" anywhere,
+    "stages" joined into a path (``/ "stages"``, ``os.path.join("stages", ...)``, ``Path``,
+    ``ignore_patterns``); "stages" as a record's JSON key or an option's name is no path."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and node.value == "repro.py":
+            found.append(node.lineno)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            found += [side.lineno for side in (node.left, node.right)
+                      if isinstance(side, ast.Constant) and side.value == "stages"]  # fmt: skip
+        elif isinstance(node, ast.Call):
+            callee = ast.unparse(node.func)
+            if callee.endswith(("join", "Path", "ignore_patterns", "joinpath")):
+                found += [arg.lineno for arg in node.args
+                          if isinstance(arg, ast.Constant) and arg.value == "stages"]  # fmt: skip
+    return sorted(found)
+
+
+def test_the_run_folder_is_spelled_in_one_module():
+    spelled = {
+        path.relative_to(PACKAGE).as_posix(): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := folder_spellings(path.read_text("utf-8")))
+    }
+    assert FOLDER_OWNER in spelled  # the check still sees the spelling where it lives
+    assert set(spelled) - {FOLDER_OWNER} <= FOLDER_SPELLING_LEFT, spelled
+
+
+def test_the_folder_check_finds_a_hand_spelled_path():
+    source = 'a = run / "stages" / name\nb = os.path.join("stages", n)\nc = d / "repro.py"\n'
+    source += 'e = {"stages": []}\nf = RunOption("stages", str)\n'
+    assert folder_spellings(source) == [1, 2, 3]
+
+
+RUNNER = PACKAGE / "runner"
+
+
+def test_the_runner_plans_above_and_starts_processes_below():
+    """runner/'s top level plans and schedules (at most 12 modules); what starts and watches
+    processes is runner/processes/, and only it (and the few probes named here) starts one."""
+    assert len(list(RUNNER.glob("*.py"))) <= 12
+    starters = {
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if re.search(r"subprocess\.(run|Popen|call|check_call|check_output)\(|os\.fork\(",
+                     path.read_text("utf-8"))
+    }  # fmt: skip
+    probes = {
+        "runner/backends.py",  # is CUDA there: torch asked in a child
+        "environment/uv.py",  # uv, building environments
+        "environment/machine.py",  # the machine's torch_xla asked in a child
+        "tools/capture.py",  # a captured program loaded back in a fresh interpreter
+    }
+    assert {s for s in starters if not s.startswith("runner/processes/")} == probes
+    executors = re.compile(r"\b(LocalExecutor|run_process)\b")
+    borrowed = [path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+                if not path.is_relative_to(RUNNER / "processes")
+                and executors.search(path.read_text("utf-8"))]  # fmt: skip
+    assert borrowed == []

@@ -21,7 +21,7 @@ from rich.markup import escape
 from reprokit.errors import ExitCode, ReprokitError, ReprokitWarning
 from reprokit.records import RunSummary
 from reprokit.run_flags import BY_NAME, RUN_OPTIONS, RunOption
-from reprokit.runner import signals
+from reprokit.runner.processes import signals
 
 app = typer.Typer(
     add_completion=False,

@@ -25,9 +25,10 @@ from reprokit.errors import ExitCode, ReprokitError
 from reprokit.generate.variants import parse_sets
 from reprokit.records import RunSummary
 from reprokit.run_flags import build_options, environments
-from reprokit.runner import progress, signals
+from reprokit.runner import progress
 from reprokit.runner.keywords import select
 from reprokit.runner.options import default_run_dir, jobs
+from reprokit.runner.processes import signals
 
 
 @reports_errors

@@ -28,8 +28,9 @@ from reprokit.reports import build_report
 from reprokit.reports.model import Cell, Names
 from reprokit.reports.model import Table as ReportTable
 from reprokit.run_flags import build_options, environments
-from reprokit.runner import progress, signals
+from reprokit.runner import progress
 from reprokit.runner.options import default_run_dir, jobs
+from reprokit.runner.processes import signals
 
 
 @reports_errors

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reprokit.errors import ReprokitError
-from reprokit.runner.procs import GRACE, LOG_CAP
+from reprokit.runner.processes.procs import GRACE, LOG_CAP
 
 TIMEOUT = 600.0  # seconds a stage may run by default
 

@@ -20,7 +20,7 @@ from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
 from reprokit.records.folder import VariantFolder
 from reprokit.runner.options import Options
-from reprokit.runner.stage import StageJob
+from reprokit.runner.processes.stage import StageJob
 
 
 @dataclass(frozen=True)

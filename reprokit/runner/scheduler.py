@@ -41,14 +41,15 @@ from reprokit.infra.pause import pause
 from reprokit.infra.redact import redact_text
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Outcome, RunSummary, Stage, StageResult, Status, VariantResult
-from reprokit.runner import backends, signals
-from reprokit.runner.cache import CachingExecutor
+from reprokit.runner import backends
 from reprokit.runner.dag import blocked
-from reprokit.runner.executors import make_executor
 from reprokit.runner.options import Options
 from reprokit.runner.plan import plan
 from reprokit.runner.prepare import Prepared, in_stage_env, prepare
-from reprokit.runner.stage import Executor, StageJob, StagesUnlisted, capabilities_of
+from reprokit.runner.processes import signals
+from reprokit.runner.processes.executors import make_executor
+from reprokit.runner.processes.result_cache import CachingExecutor
+from reprokit.runner.processes.stage import Executor, StageJob, StagesUnlisted, capabilities_of
 from reprokit.runner.summary import SummaryWriter
 from reprokit.runner.summary import now as now  # where tools/wrap.py has it from
 

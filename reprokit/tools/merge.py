@@ -37,7 +37,7 @@ from reprokit.records import (
 )
 from reprokit.records.folder import STAGES, RunFolder, VariantFolder, stage_path
 from reprokit.reports import load
-from reprokit.runner.stage import StagesUnlisted, stage_dag
+from reprokit.runner.processes.stage import StagesUnlisted, stage_dag
 
 SAME_RELEASE = ("torch", "torch_xla")  # runs made with other releases are not merged
 REDUCED = "tensors.json"  # a stage's recorded operations left out (comparison/retention.py)

@@ -33,8 +33,8 @@ from reprokit.records.xla import CACHED
 from reprokit.reports.evidence import WRAP_CASE, WRAP_SCRIPT
 from reprokit.runner import backends
 from reprokit.runner.options import Options
+from reprokit.runner.processes.stage import run_command
 from reprokit.runner.scheduler import now
-from reprokit.runner.stage import run_command
 
 STAGE = "script"
 DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)

@@ -13,7 +13,7 @@ from reprokit.environment.variables import (
     shown,
     steering,
 )
-from reprokit.runner import warm
+from reprokit.runner.processes import warm
 
 ENVIRON = {
     "PJRT_DEVICE": "CPU",
@@ -60,7 +60,8 @@ def test_a_nodes_own_devices_and_what_ray_sets():
 
 
 def test_every_part_decides_with_the_same_sets():
-    from reprokit.runner import cache, ray_executor
+    from reprokit.runner.processes import ray_executor
+    from reprokit.runner.processes import result_cache as cache
 
     assert warm.RUNTIME_READ is variables.RUNTIME_READ
     assert ray_executor.STEERING is STEERING and cache.steering is steering

@@ -3,8 +3,8 @@
 A cheap subset runs every time: one outcome of each kind (match, mismatch, error) on the cpu,
 xla and xla_spmd backends. The whole library takes 5-10 minutes on two cores: CI runs it after
 the tests, through the pytest plugin (``pytest cases/`` in .ci/run: each variant an item that
-fails when it does not end as its case expects), and tests/runner/test_warm.py runs it cold and
-warm there; ``bench/library.py`` runs it and prints its outcome table.
+fails when it does not end as its case expects), and tests/runner/processes/test_warm.py runs it
+cold and warm there; ``bench/library.py`` runs it and prints its outcome table.
 """
 
 from __future__ import annotations

@@ -31,10 +31,10 @@ from reprokit.generate.render import render
 from reprokit.generate.variants import load_variants
 from reprokit.infra.redact import MARKER
 from reprokit.records import Outcome, Stage, StageResult, Status, read_summary
-from reprokit.runner.executors import make_executor
 from reprokit.runner.options import Options
+from reprokit.runner.processes.executors import make_executor
+from reprokit.runner.processes.stage import StageJob
 from reprokit.runner.scheduler import run
-from reprokit.runner.stage import StageJob
 
 NODES = Path(__file__).parents[1] / "data/ray/templates"
 WORKER_SECRET = "worker-only-value-5eb1c0de"  # in the nodes' environment, not in ours

@@ -26,8 +26,8 @@ from reprokit.runner import backends
 from reprokit.runner.dag import parse_stages
 from reprokit.runner.keywords import matches, select
 from reprokit.runner.options import Options
+from reprokit.runner.processes.stage import LOCAL, Capabilities, LocalExecutor, StageJob
 from reprokit.runner.scheduler import run
-from reprokit.runner.stage import LOCAL, Capabilities, LocalExecutor, StageJob
 
 DATA = Path(__file__).parents[1] / "data"
 CASES, TEMPLATES = DATA / "cases", DATA / "templates"

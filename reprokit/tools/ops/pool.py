@@ -22,8 +22,8 @@ from typing import Any
 from reprokit.records import Status
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
-from reprokit.runner.stage import Launch
-from reprokit.runner.warm import WarmExecutor
+from reprokit.runner.processes.stage import Launch
+from reprokit.runner.processes.warm import WarmExecutor
 
 WORKER = Path(__file__).with_name("worker.py")
 BATCH = 40  # tasks a worker is given at once: its start (~5 s) spread over many samples

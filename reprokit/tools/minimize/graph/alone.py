@@ -2,8 +2,8 @@
 own, a fresh interpreter (``-I``: no user site, no PYTHONPATH) with only PATH and XLA's
 device set. minimize checks a candidate repro by it, and keeps the written repro's output
 (``repro.out``), which the report shows under the script. It starts as a stage does
-(reprokit.runner.stage.run_command: its own process group, the timeout, TERM then KILL, capped
-logs)."""
+(reprokit.runner.processes.stage.run_command: its own process group, the timeout, TERM then
+KILL, capped logs)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from reprokit.records import Status
 from reprokit.records.folder import SCRIPT, VariantFolder
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
-from reprokit.runner.stage import run_command
+from reprokit.runner.processes.stage import run_command
 
 OUTPUT = "repro.out"
 ALONE = "alone"  # the run's name, where its logs lie

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import reprokit.runner.cache as cache_module
+import reprokit.runner.processes.result_cache as cache_module
 from reprokit.errors import ReprokitWarning
 from reprokit.generate.variants import load_variants
 from reprokit.records import Stage, StageResult, Status
-from reprokit.runner.cache import CachingExecutor
 from reprokit.runner.options import Options
+from reprokit.runner.processes.result_cache import CachingExecutor
+from reprokit.runner.processes.stage import LOCAL, StageJob
 from reprokit.runner.scheduler import run
-from reprokit.runner.stage import LOCAL, StageJob
 
 TEMPLATES = Path(__file__).parents[1] / "data" / "cache"
 

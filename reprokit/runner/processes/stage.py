@@ -30,7 +30,7 @@ from reprokit.records.folder import (
 from reprokit.runner import backends
 from reprokit.runner.dag import parse_stages, read_stages
 from reprokit.runner.options import Options
-from reprokit.runner.procs import Ended, run_process
+from reprokit.runner.processes.procs import Ended, run_process
 
 WARM = "warm"  # StageResult.started of a stage forked from a warm server
 
@@ -222,7 +222,7 @@ class LocalExecutor:
         """Start the child and drive it to its end; how it started (:data:`WARM`, or
         :func:`cold` and why), as its record says.
 
-        Here a fresh process; :class:`reprokit.runner.warm.WarmExecutor` forks it from a
+        Here a fresh process; :class:`reprokit.runner.processes.warm.WarmExecutor` forks it from a
         server that has imported torch already."""
         ended = run_process(
             how.command,

@@ -64,11 +64,11 @@ from reprokit.infra.offload import here
 from reprokit.infra.python_source import parse_python
 from reprokit.records import Status
 from reprokit.records.folder import LIST_STAGES
-from reprokit.runner import signals
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
-from reprokit.runner.procs import Ended, supervise
-from reprokit.runner.stage import WARM, Launch, LocalExecutor, StageJob, cold
+from reprokit.runner.processes import signals
+from reprokit.runner.processes.procs import Ended, supervise
+from reprokit.runner.processes.stage import WARM, Launch, LocalExecutor, StageJob, cold
 
 SERVER = Path(__file__).with_name("warm_server.py")
 OFFLOADED = Path(__file__).with_name("offloaded.py")

@@ -42,10 +42,10 @@ from reprokit.errors import ReprokitError
 from reprokit.infra.redact import is_secret_name, secret_values
 from reprokit.records import Stage, StageResult, Status
 from reprokit.records.folder import last_words, stage_path
-from reprokit.runner import signals
 from reprokit.runner.options import Options
-from reprokit.runner.stage import Capabilities, LocalExecutor, StageJob, cold
-from reprokit.runner.stage_files import Shared, inputs, made_files, pack, snapshot, unpack
+from reprokit.runner.processes import signals
+from reprokit.runner.processes.stage import Capabilities, LocalExecutor, StageJob, cold
+from reprokit.runner.processes.stage_files import Shared, inputs, made_files, pack, snapshot, unpack
 
 INSTALL = "pip install 'reprokit[ray]'"
 POLL = 0.1  # seconds between looks at a task and at the stop flag

@@ -38,7 +38,7 @@ from reprokit.infra.caching import Store, content_digest, read_json
 from reprokit.records import Stage, StageResult, Status, write_json
 from reprokit.records.folder import CASE_FILE, STAGES, VariantFolder, stage_path
 from reprokit.runner.options import Options
-from reprokit.runner.stage import Executor, StageJob, capabilities_of
+from reprokit.runner.processes.stage import Executor, StageJob, capabilities_of
 
 UNSTABLE = {"result.json", "graphs.hlo"}  # timings, addresses: not part of what a stage made
 LARGEST = 1 << 30  # bytes: a stage folder larger than this is not kept

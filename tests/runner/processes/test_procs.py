@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from reprokit.records import Status
-from reprokit.runner import signals
-from reprokit.runner.procs import run_process
+from reprokit.runner.processes import signals
+from reprokit.runner.processes.procs import run_process
 
 GRANDCHILD = (
     "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

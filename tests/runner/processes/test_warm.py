@@ -17,10 +17,10 @@ from reliability_common import FAULT_TEMPLATES, orphans
 
 from reprokit.generate.variants import load_variants
 from reprokit.records import Status, read_summary
-from reprokit.runner import warm
 from reprokit.runner.options import Options
+from reprokit.runner.processes import warm
+from reprokit.runner.processes.stage import Launch
 from reprokit.runner.scheduler import run
-from reprokit.runner.stage import Launch
 
 CASES = Path(__file__).parents[2] / "cases"
 MODES = ["ok", "exit3", "raise", "abort", "segfault", "hang", "grandchild"]

@@ -25,8 +25,8 @@ from typing import IO, Protocol
 
 from reprokit.infra.pause import pause
 from reprokit.records import Status
-from reprokit.runner import signals
-from reprokit.runner.watchdog import WATCHDOG
+from reprokit.runner.processes import signals
+from reprokit.runner.processes.watchdog import WATCHDOG
 
 LOG_CAP = 512 * 1024  # bytes kept of each log: the first half and the last half
 GRACE = 3.0  # seconds between SIGTERM and SIGKILL

@@ -32,7 +32,7 @@ from pathlib import Path
 from reprokit.records import Stage
 from reprokit.records.folder import STAGES, VariantFolder, stage_path
 from reprokit.runner.dag import needed
-from reprokit.runner.stage import StageJob
+from reprokit.runner.processes.stage import StageJob
 
 
 def inputs(job: StageJob, dag: list[Stage]) -> list[Path]:
