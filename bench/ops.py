@@ -48,6 +48,7 @@ def main() -> None:
         args += [] if opts.no_edge or opts.all else ["--edge"]
         cache = Path(scratch) / "cache"
         first, code = sweep(args, cache)
+        first_timings = json.loads((out / "ops.json").read_text()).get("timings")
         again, code_again = sweep(args, cache)
         data = json.loads((out / "ops.json").read_text())
     records = data["records"]
@@ -58,6 +59,13 @@ def main() -> None:
         f"(exit {code_again}, {data['cached']}/{data['tasks']} tasks from the cache)"
     )
     print(f"samples: {len(records):,}, {first / max(1, len(records)):.3f} s a sample overall")
+    timings = first_timings or {}
+    if "samples" in timings:
+        per = timings["samples"] / max(1, len(records))
+        print(
+            f"phases of the first sweep: samples judged in {timings['samples']:,.0f} s "
+            f"({per:.4f} s a sample), repros run alone in {timings.get('alone', 0):,.0f} s"
+        )
     print(f"OpInfos: {len(swept)} swept of {len(ops)} listed")
     print("verdicts:", dict(Counter(r["verdict"] for r in records).most_common()))
     print("skips by reason:", data["skips"])

@@ -68,6 +68,7 @@ class OpsSweep:
     records: list[dict[str, Any]] = field(default_factory=list)  # every sample's verdict
     tasks: int = 0  # ops x dtypes x passes x sample sets (OpInfo's, the edge values')
     cached: int = 0  # of them, those whose samples came from the results cache
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: samples, repros alone
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self) | {"backends": list(self.backends), "dtypes": list(self.dtypes)}

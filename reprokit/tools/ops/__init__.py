@@ -14,7 +14,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,7 @@ class _Asked:
     argv: list[str]
     begun: float
     announce: Callable[[str], None] | None = None
+    swept: list[float] = field(default_factory=list)  # when every sample was judged
 
 
 def sweep_ops(
@@ -150,6 +151,7 @@ def sweep_ops(
 
         try:
             pool.run(pending, finished, tick)
+            asked.swept.append(time.monotonic())
         except KeyboardInterrupt:
             stop.set()
             pool.close()
@@ -262,8 +264,11 @@ def _finish(
     if asked.announce:
         written = sum(g.repro is not None for g in found)
         asked.announce(f"ops: each of {written} repros run alone ({asked.options.jobs} at once)")
+    judged = time.monotonic()
     found = grouping.check_alone(found, out_dir, asked.options, asked.versions)
+    alone = round(time.monotonic() - judged, 1)
     sweep = _sweep(asked, listing, records, tasks, cached, found, interrupted=False)
+    sweep = replace(sweep, timings=sweep.timings | {"alone": alone})
     write_ops(out_dir, sweep)
     write_report(out_dir, sweep)
     return sweep
@@ -287,6 +292,7 @@ def _sweep(
         grad=asked.grad,
         edge=asked.edge,
         seconds=round(time.monotonic() - asked.begun, 1),
+        timings={"samples": round(asked.swept[0] - asked.begun, 1)} if asked.swept else {},
         interrupted=interrupted,
         ops=_per_op(listing, records),
         skips=_skips(listing, records),

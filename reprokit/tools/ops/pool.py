@@ -26,12 +26,13 @@ from reprokit.runner.processes.stage import Launch
 from reprokit.runner.processes.warm import WarmExecutor
 
 WORKER = Path(__file__).with_name("worker.py")
-BATCH = 40  # tasks a worker is given at once: its start (~5 s) spread over many samples
+BATCH = 6  # tasks a worker is fed at once (an op's three dtypes, OpInfo's and the edge samples)
+POLL = 0.05  # seconds between looks at a worker's answers
 RESTARTS = 200  # new workers one batch may take (one per crash) before the rest is refused
 CRASHES = 3  # samples of one task that may kill a worker; its other samples are then not run
 TICK = 5.0  # seconds between looks at the samples judged in the workers at work
 NEVER = 1 << 30  # a task's ``start`` that runs none of its samples (only ``describe`` them)
-OVERALL = 3 * 3600.0  # seconds a worker may live at most (each sample has its own timeout)
+OVERALL = 12 * 3600.0  # seconds a worker may live at most (each sample has its own timeout)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class _Batch:
     tasks: list[dict[str, Any]]  # Task.to_json(), with "start" and "describe" where resumed
     restarts: int = 0
     found: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # id -> records
+    finished: set[str] = field(default_factory=set)  # ids of its tasks done
 
 
 class Pool:
@@ -86,30 +88,26 @@ class Pool:
         self.executor = WarmExecutor(options)
         self._count = 0
         self._lock = threading.Lock()
-        self._running: set[Path] = set()  # the folders of the workers at work
+        self._judged: dict[Path, int] = {}  # per worker at work: samples of tasks not done
 
     def close(self) -> None:
         self.executor.close()
 
     def listing(self, request: dict[str, Any]) -> dict[str, Any]:
         """The worker's listing of the OpInfos asked for (worker.listing)."""
-        lines, ended = self._launch({"list": request})
-        for line in lines:
+        folder = self._folder()
+        ended = self._start(folder, {"list": request})
+        with self._lock:
+            self._judged.pop(folder, None)
+        for line in _read_lines(folder / "out.jsonl"):
             if "listing" in line:
                 return line["listing"]
-        raise RuntimeError(f"the worker listed nothing ({_ending(ended)}): {self._tail()}")
+        raise RuntimeError(f"the worker listed nothing ({_ending(ended)}): {_tail(folder)}")
 
     def in_flight(self) -> int:
         """Samples judged so far by the workers at work (their tasks not yet done)."""
         with self._lock:
-            folders = list(self._running)
-        count = 0
-        for folder in folders:
-            try:
-                count += (folder / "out.jsonl").read_bytes().count(b'"record"')
-            except OSError:
-                continue
-        return count
+            return sum(self._judged.values())
 
     def run(
         self,
@@ -121,11 +119,11 @@ class Pool:
         the workers' threads, one at a time); returns when all ended or the sweep stopped."""
         by_id = {t.id: t for t in tasks}
         todo: queue.Queue[_Batch] = queue.Queue()
-        # Interleaved, not cut in runs: one op's tasks (max_pool's thousands of samples of new
-        # shapes in each dtype) spread over several batches instead of making one last hours
-        count = -(-len(tasks) // BATCH)
-        for i in range(count):
-            todo.put(_Batch([t.to_json() for t in tasks[i::count]]))
+        # Small batches of consecutive tasks (an op's dtypes together) fed to long-lived
+        # workers: no batch holds hours of one op family, and a worker's compiled graphs serve
+        # the whole sweep (XLA:CPU's persistent cache cannot load its executables: docs/ops.md)
+        for i in range(0, len(tasks), BATCH):
+            todo.put(_Batch([t.to_json() for t in tasks[i : i + BATCH]]))
         report = threading.Lock()
 
         def finish(task_id: str, records: list[dict[str, Any]]) -> None:
@@ -133,14 +131,14 @@ class Pool:
                 done(by_id[task_id], records)
 
         def serve() -> None:
+            again: _Batch | None = None
             while not self.stop.is_set():
-                try:
-                    batch = todo.get_nowait()
-                except queue.Empty:
-                    return
-                again = self._batch(batch, finish)
-                if again is not None:
-                    todo.put(again)
+                if again is None:
+                    try:
+                        again = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                again = self._worker(again, todo, finish)
 
         threads = [threading.Thread(target=serve, daemon=True) for _ in range(self.options.jobs)]
         for thread in threads:
@@ -153,35 +151,83 @@ class Pool:
                     last = time.monotonic()
                     tick()
 
-    def _batch(self, batch: _Batch, finish: Callable) -> _Batch | None:
-        """Run one batch in one worker; the batch left to do when it died (else None)."""
+    def _worker(self, batch: _Batch, todo: queue.Queue, finish: Callable) -> _Batch | None:
+        """One worker, fed ``batch`` and then the next batches of ``todo`` as it asks for them
+        (each a file in its ``feed`` folder), until none is left; the batch left to do when it
+        died (else None)."""
+        folder = self._folder()
+        feed = folder / "feed"
+        feed.mkdir()
+        _feed(feed, 0, batch)
         job = {
             "backend": batch.tasks[0]["backend"],
-            "tasks": batch.tasks,
+            "feed": "feed",
             "timeout": self.timeout,
             "witness_dir": str(self.witness),
         }
-        lines, ended = self._launch(job)
+        ended: list[Any] = []
+        runner = threading.Thread(target=lambda: ended.append(self._start(folder, job)))
+        runner.start()
+        lines = _Tail(folder / "out.jsonl")
         begun: dict[str, Any] | None = None
-        finished = set()
-        for line in lines:
-            if "begin" in line:
-                begun = line
-            elif "record" in line:
-                batch.found.setdefault(line["id"], []).append(line["record"])
-                begun = None
-            elif "code" in line:
-                _attach(batch.found.setdefault(line["id"], []), line["sample"], line["code"])
-            elif "done" in line:
-                finished.add(line["done"])
-                cut = any(t["id"] == line["done"] and t.get("start") == NEVER for t in batch.tasks)
-                finish(line["done"], batch.found.pop(line["done"], []) + ([_cut()] if cut else []))
-        if self.stop.is_set() or ended.status is Status.OK:
+        while True:
+            alive = runner.is_alive()
+            for line in lines.read():
+                if "fed" in line:  # its batch done: the next one, or the end
+                    following = _next(todo)
+                    if following is not None:
+                        batch = following
+                    _feed(feed, line["fed"] + 1, following)
+                    continue
+                begun = self._line(line, batch, begun, finish, folder)
+            if not alive:
+                break
+            time.sleep(POLL)
+        runner.join()
+        with self._lock:
+            self._judged.pop(folder, None)
+        if self.stop.is_set() or ended[0].status is Status.OK:
             return None
-        rest = [t for t in batch.tasks if t["id"] not in finished]
+        return self._died(batch, begun, ended[0], finish, folder)
+
+    def _line(
+        self, line: dict[str, Any], batch: _Batch, begun: Any, finish: Callable, folder: Path
+    ) -> dict[str, Any] | None:
+        """One line of a worker's answer taken in; the sample begun and not yet answered."""
+        if "begin" in line:
+            return line
+        if "record" in line:
+            batch.found.setdefault(line["id"], []).append(line["record"])
+            with self._lock:
+                self._judged[folder] = self._judged.get(folder, 0) + 1
+            return None
+        if "code" in line:
+            _attach(batch.found.setdefault(line["id"], []), line["sample"], line["code"])
+        elif "done" in line:
+            batch.finished.add(line["done"])
+            cut = any(t["id"] == line["done"] and t.get("start") == NEVER for t in batch.tasks)
+            found = batch.found.pop(line["done"], [])
+            with self._lock:
+                self._judged[folder] = self._judged.get(folder, 0) - len(found)
+            finish(line["done"], found + ([_cut()] if cut else []))
+        return begun
+
+    def _died(
+        self,
+        batch: _Batch,
+        begun: dict[str, Any] | None,
+        ended: Any,
+        finish: Callable,
+        folder: Path,
+    ) -> _Batch | None:
+        """The batch a dead worker was on, to go on with in a new one from the sample after
+        the one it died on (recorded as a crash or a hang); None where there is no going on."""
+        rest = [t for t in batch.tasks if t["id"] not in batch.finished]
+        if not rest:
+            return None
         if begun is None or batch.restarts >= RESTARTS:  # died outside a sample: give up
             where = "outside any sample" if begun is None else f"{RESTARTS} times in one batch"
-            why = f"the worker failed {where} ({_ending(ended)}): {self._tail()}"
+            why = f"the worker failed {where} ({_ending(ended)}): {_tail(folder)}"
             for task in rest:
                 finish(task["id"], [*batch.found.pop(task["id"], []), _refused(why)])
             return None
@@ -196,34 +242,34 @@ class Pool:
         others = [t for t in rest if t["id"] != begun["begin"]]
         return _Batch([first, *others], batch.restarts + 1, batch.found)
 
-    def _launch(self, job: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
-        """One worker on ``job``, driven to its end: the lines it wrote, how it ended."""
+    def _folder(self) -> Path:
         with self._lock:
             self._count += 1
             folder = self.scratch / f"worker-{self._count}"
         folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def _start(self, folder: Path, job: dict[str, Any]) -> Any:
+        """One worker on ``job`` in ``folder``, driven to its end: how it ended."""
         (folder / "job.json").write_text(json.dumps(job), "utf-8")
         command = [self.options.python, str(WORKER), "job.json", "out.jsonl"]
         env = stage_env("xla", self.options.xla_device)
         logs = [folder / "stdout.log", folder / "stderr.log"]
         how = Launch(command, "ops-worker", "xla", env, folder, logs, OVERALL)
         with self._lock:
-            self._running.add(folder)
-        try:
-            ended, _ = self.executor.start(how, self.stop)
-        finally:
-            with self._lock:
-                self._running.discard(folder)
-        self._last = folder
-        return _read_lines(folder / "out.jsonl"), ended
+            self._judged[folder] = 0
+        ended, _ = self.executor.start(how, self.stop)
+        return ended
 
-    def _tail(self) -> str:
-        try:
-            text = (self._last / "stderr.log").read_text("utf-8", "replace")
-        except OSError:
-            return ""
-        lines = [line for line in text.strip().splitlines() if "No CUDA runtime" not in line]
-        return " | ".join(lines[-3:])
+
+def _tail(folder: Path) -> str:
+    """The last lines a worker wrote to stderr (torch's CUDA notice left out)."""
+    try:
+        text = (folder / "stderr.log").read_text("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line for line in text.strip().splitlines() if "No CUDA runtime" not in line]
+    return " | ".join(lines[-3:])
 
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
@@ -275,3 +321,44 @@ def _cut() -> dict[str, Any]:
 
 def _refused(why: str) -> dict[str, Any]:
     return {"sample": -1, "verdict": "skip", "reason": why[:300]}
+
+
+class _Tail:
+    """The complete lines a worker appended to its answer since the last read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                text = f.read()
+        except OSError:
+            return []
+        end = text.rfind(b"\n") + 1  # a last line not yet complete is read next time
+        self.offset += end
+        found = []
+        for line in text[:end].splitlines():
+            try:
+                found.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return found
+
+
+def _next(todo: queue.Queue) -> _Batch | None:
+    try:
+        return todo.get_nowait()
+    except queue.Empty:
+        return None
+
+
+def _feed(folder: Path, number: int, batch: _Batch | None) -> None:
+    """Batch ``number`` for a worker (written whole, then renamed), or the end of its feed."""
+    if batch is None:
+        (folder / "end").touch()
+        return
+    scratch = folder / f".{number}"
+    scratch.write_text(json.dumps(batch.tasks), "utf-8")
+    scratch.replace(folder / f"{number:06d}.json")

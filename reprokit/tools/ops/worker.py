@@ -3,8 +3,10 @@ judges many samples (forked from a warm server that imported torch and torch_xla
 runner/warm.py). JOB.json says what to do:
 
 - ``{"list": {...}}``: the OpInfos asked for, their dtypes and how a repro calls them;
-- ``{"tasks": [...], ...}``: each task's samples judged (op, variant, dtype, grad, edge, from
-  sample ``start``), and for ``describe``, samples written as source (no backend run).
+- ``{"feed": FOLDER, ...}`` (or ``{"tasks": [...], ...}``): each task's samples judged (op,
+  variant, dtype, grad, edge, from sample ``start``), and for ``describe``, samples written as
+  source (no backend run); fed batch after batch, the worker living for the whole sweep (its
+  compiled graphs reused by every later sample of the same graph).
 
 Each sample is announced (``begin``) before it runs and answered (``record``) after, one JSON
 line each, flushed: when a sample kills the process (a segfault in the backend; SIGALRM after
@@ -20,11 +22,14 @@ if sys.path and sys.path[0].endswith("ops"):
     del sys.path[0]  # this folder: samples.py must not shadow another module of that name
 
 import hashlib
+import itertools
 import json
 import os
 import signal
+import threading
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +37,10 @@ import torch
 
 from reprokit.tools.ops import judge, samples
 
+POLL = 0.02  # seconds between looks for the driver's next batch
+# Tests only: ``OP:SAMPLE`` makes that sample of that OpInfo hang (in every dtype), so that a
+# test sees a real hang met by the sample's timeout; unset, it costs one lookup a task
+HANG = "REPROKIT_OPS_HANG"
 # Ops whose results are random or uninitialized by design: not run at all
 RANDOM = (
     "bernoulli",
@@ -63,12 +72,29 @@ def main(job_path: str, out_path: str) -> int:
     warnings.simplefilter("ignore")
     from torch.testing._internal.common_methods_invocations import op_db
 
+    _lighten()
+
     with open(out_path, "a", encoding="utf-8") as out:
         if "list" in job:
             _emit(out, {"listing": listing(op_db, **job["list"])})
             return 0
         sweep(op_db, job, out)
     return 0
+
+
+def _lighten() -> None:
+    """Two costs of torch's that a sweep pays per sample, taken away (measured: 7% and 3% of a
+    40-op sweep's time): ``torch.manual_seed`` seeds CUDA and XPU too, and with neither
+    initialized each queues the call with a formatted stack (which grows without end); OpInfo's
+    ``sample_inputs`` walks the stack (``inspect.stack``, reading source files) looking for a
+    unittest method to take per-sample skips from. This process has neither GPUs nor tests."""
+    import torch.cuda
+    import torch.xpu
+    from torch.testing._internal.opinfo import core
+
+    torch.cuda.manual_seed_all = lambda seed: None
+    torch.xpu.manual_seed_all = lambda seed: None
+    core.extract_test_fn = lambda: None
 
 
 def listing(
@@ -141,11 +167,12 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
     by_name = {(o.name, o.variant_test_name): o for o in op_db}
     witness = Path(job["witness_dir"])
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # past the timeout the process dies: a hang
-    for task in job["tasks"]:
+    for task in _fed(job, out):
         op = by_name[(task["op"], task["variant"])]
         dtype = getattr(torch, task["dtype"])
         grad, edge, start = task["grad"], task["edge"], task.get("start", 0)
         describe = set(task.get("describe", ()))
+        hang = _hang(task["op"])
         made = samples.op_samples(op, dtype, grad=grad, edge=edge)
         for i, sample in enumerate(made):
             if i in describe:
@@ -155,6 +182,8 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
             described = samples.describe(sample)
             _emit(out, {"begin": task["id"], "sample": i, "described": described})
             signal.alarm(int(job["timeout"]))
+            if i == hang:
+                threading.Event().wait()  # until the alarm ends the process
             fallbacks(clear=True)
             found = judge.judge(op, sample, dtype, device, grad=grad, fallbacks=fallbacks)
             signal.alarm(0)
@@ -163,6 +192,30 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
                 found["code"] = code_of(sample, witness)
             _emit(out, {"id": task["id"], "record": found})
         _emit(out, {"done": task["id"]})
+
+
+def _fed(job: dict[str, Any], out: IO[str]) -> Iterator[dict[str, Any]]:
+    """The job's tasks; with ``feed``, those of each batch file the driver writes into that
+    folder (``000000.json``, ``000001.json``, ...), each batch's end said (``fed``) so that the
+    driver writes the next one, until it writes ``end``."""
+    if "feed" not in job:
+        yield from job["tasks"]
+        return
+    folder = Path(job["feed"])
+    for number in itertools.count():
+        path = folder / f"{number:06d}.json"
+        while not path.exists():
+            if (folder / "end").exists():
+                return
+            time.sleep(POLL)
+        yield from json.loads(path.read_text("utf-8"))
+        _emit(out, {"fed": number})
+
+
+def _hang(op: str) -> int | None:
+    """The sample of ``op`` that REPROKIT_OPS_HANG makes hang, if any."""
+    name, _, sample = os.environ.get(HANG, "").rpartition(":")
+    return int(sample) if name == op else None
 
 
 def _device(backend: str) -> str:
