@@ -21,7 +21,7 @@ from reprokit.runner.processes.result_cache import CachingExecutor
 from reprokit.runner.processes.stage import LOCAL, StageJob
 from reprokit.runner.scheduler import run
 
-TEMPLATES = Path(__file__).parents[1] / "data" / "cache"
+TEMPLATES = Path(__file__).parents[2] / "data" / "cache"
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ def test_a_rerun_from_the_cache_compares_without_torch(tmp_path):
     """The comparisons of unchanged tensors come back from the cache: the harness of a re-run
     whose stages were all reused never imports torch, not even in the background (seconds of
     a re-run otherwise: the floor of a re-run is the interpreter's)."""
-    faulty = Path(__file__).parents[1] / "data" / "templates"
+    faulty = Path(__file__).parents[2] / "data" / "templates"
     case = tmp_path / "differs.toml"
     case.write_text('[case]\ntitle = "t"\ntemplate = "faulty"\n[params]\nmode = "mismatch"\n')
     command = ["run", str(case), "--templates", str(faulty), "-o"]
@@ -191,7 +191,7 @@ def test_a_rerun_from_the_cache_compares_without_torch(tmp_path):
 
 def test_dump_hlo_after_a_plain_run_runs_the_xla_stage_and_leaves_its_hlo(tmp_path):
     """--dump-hlo asks for graphs.hlo, which a stage run without it never wrote."""
-    data = Path(__file__).parents[1] / "data" / "templates"
+    data = Path(__file__).parents[2] / "data" / "templates"
     case = tmp_path / "eig.toml"
     case.write_text('[case]\ntitle = "eig"\ntemplate = "fallback"\n')
 

@@ -22,7 +22,7 @@ from reprokit.runner.processes import warm
 from reprokit.runner.processes.stage import Launch
 from reprokit.runner.scheduler import run
 
-CASES = Path(__file__).parents[2] / "cases"
+CASES = Path(__file__).parents[3] / "cases"
 MODES = ["ok", "exit3", "raise", "abort", "segfault", "hang", "grandchild"]
 
 
