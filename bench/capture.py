@@ -31,6 +31,7 @@ from torch import nn
 from reprokit.generate.cases import load_case
 from reprokit.generate.render import render
 from reprokit.generate.variants import variants
+from reprokit.records.folder import SCRIPT
 from reprokit.tools.capture import capture
 from reprokit.tools.zoo import capture_named, parse, parse_shape
 
@@ -64,8 +65,8 @@ def rendered(case: Path, folder: Path, **params: object) -> Path:
     folder.mkdir()
     (variant,) = variants(load_case(case), params)
     shutil.copy(case.with_suffix(".pt2"), folder)
-    (folder / "repro.py").write_text(render(variant), encoding="utf-8")
-    return folder / "repro.py"
+    (folder / SCRIPT).write_text(render(variant), encoding="utf-8")
+    return folder / SCRIPT
 
 
 def row(label: str, every: tuple[float, float], outputs: tuple[float, float]) -> str:

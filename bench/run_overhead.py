@@ -24,6 +24,7 @@ from pathlib import Path
 
 from reprokit.generate.render import render
 from reprokit.generate.variants import load_variants
+from reprokit.records.folder import SCRIPT
 
 
 def bare(script: Path, stages: list[str], workdir: Path) -> float:
@@ -73,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     (variant,) = load_variants([args.case])
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-") as tmp:
-        script = Path(tmp) / "repro.py"
+        script = Path(tmp) / SCRIPT
         script.write_text(render(variant))
         listing = subprocess.run(
             [sys.executable, str(script), "--list-stages"], capture_output=True, check=True

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from reprokit.records.folder import VariantFolder
+
 
 def run(out: Path, jobs: str, keyword: str | None, cold: bool) -> float:
     """``reprokit run`` over the library into ``out``; its wall seconds."""
@@ -36,7 +38,7 @@ def overheads(out: Path) -> list[float]:
     found = []
     for variant in json.loads((out / "summary.json").read_text())["variants"]:
         for stage in variant["stages"]:
-            result = out / variant["label"] / "stages" / stage["name"] / "result.json"
+            result = VariantFolder(out / variant["label"]).stage(stage["name"]).result
             if stage["status"] == "ok" and result.is_file():
                 own = json.loads(result.read_text()).get("seconds")
                 if isinstance(own, (int, float)):
