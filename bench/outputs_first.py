@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/outputs_first.py [--repeat 2] [--jobs 2] [--only NAME,...]
 
-A captured program's default (`nodes = "auto"`) judges the outputs first (ref_fp64 and cpu
-record while they run, xla_faithful computes the outputs as one graph) and runs the xla stage
-that records every operation on XLA only where they differ. Side by side, for each model:
+A captured program's default (`nodes = "auto"`) judges the outputs first (ref_fp64, cpu and
+xla_faithful compute the outputs only) and records every operation only where they differ (the
+CPU stages run again with --localise, and the xla stage runs). Side by side, for each model:
 
 - one that matches (torchvision's swin_t at 64 px, the 6-layer encoder of bench/capture.py):
   the default against `--set nodes=outputs` (target: at most 1.2x the wall time, 1.1x the

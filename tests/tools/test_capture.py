@@ -97,7 +97,7 @@ def test_captured_model_runs_and_every_node_agrees(captured, tmp_path, model):
 
 def test_perturbed_node_is_the_first_to_differ(captured, tmp_path):
     plain = import_script(render_case(captured["transformer"], tmp_path / "plain"))
-    _, _, names = plain.prepare(torch.device("cpu"), None)
+    _, _, names = plain.prepare(torch.device("cpu"), None, every=True)
     middle = [n for n in names if n.endswith(".layer_norm")][1]  # after the first layer
     nodes = plain.DESCRIBED
     assert nodes[middle]["module"] == "layers.0.norm2" and nodes[middle]["shape"] == [2, 6, 16]
@@ -111,7 +111,7 @@ def test_perturbed_node_is_the_first_to_differ(captured, tmp_path):
 
 def test_nodes_are_described_with_their_module_and_the_users_line(captured, tmp_path):
     script = import_script(render_case(captured["cnn"], tmp_path / "run"))
-    _, _, names = script.prepare(torch.device("cpu"), torch.float64)
+    _, _, names = script.prepare(torch.device("cpu"), torch.float64, every=True)
     assert names[-1] == "output.0" and all(n.startswith("node.") for n in names[:-1])
     nodes = script.DESCRIBED
     assert list(nodes) == names[:-1]
@@ -382,7 +382,7 @@ ONE_GRAPH = """
 import sys, torch, torch_xla
 sys.argv = ["repro.py"]
 script = __import__("repro")
-graph, inputs, names = script.prepare(torch_xla.device(), None)
+graph, inputs, names = script.prepare(torch_xla.device(), None, every=True)
 tensors = script.run(graph, inputs, names, sync=torch_xla.sync)
 torch.save({k: v.cpu() for k, v in tensors.items()}, "one_graph.pt")
 """

@@ -53,7 +53,7 @@ def test_a_capture_without_names_keeps_numbered_outputs(tmp_path):
     with zipfile.ZipFile(SHIPPED / "captured_cnn_bf16.pt2") as archive:
         assert not [n for n in archive.namelist() if n.endswith("outputs.json")]
     script = import_script(render_case(SHIPPED / "captured_cnn_bf16.toml", tmp_path / "run"))
-    _, _, names = script.prepare(torch.device("cpu"), None)
+    _, _, names = script.prepare(torch.device("cpu"), None, every=True)
     assert names[-1] == "output.0" and not any(n.startswith("output.") for n in names[:-1])
 
 
@@ -94,7 +94,7 @@ def test_a_bf16_models_own_upcasts_survive_a_dtype_cast(tmp_path):
     case = command(f"{MODELS}:bf16_upcast", out_dir=tmp_path / "case")
     script = import_script(render_case(case, tmp_path / "run", dtype="bfloat16"))
     for dtype in (torch.bfloat16, torch.float16, torch.float64):
-        tensors = script.run(*script.prepare(torch.device("cpu"), dtype))
+        tensors = script.run(*script.prepare(torch.device("cpu"), dtype, every=True))
         powers = [t for name, t in tensors.items() if name.endswith(".pow")]
         assert powers and powers[0].dtype == (torch.float64 if dtype == torch.float64 else
                                               torch.float32), dtype  # fmt: skip
@@ -110,7 +110,7 @@ def test_export_assertions_survive_the_float64_cast(tmp_path):
     assertion = torch.ops.aten._assert_tensor_metadata.default
     assert any(n.target is assertion for n in program.graph.nodes)
     script = import_script(render_case(case, tmp_path / "run"))
-    tensors = script.run(*script.prepare(torch.device("cpu"), torch.float64))
+    tensors = script.run(*script.prepare(torch.device("cpu"), torch.float64, every=True))
     assert {t.dtype for t in tensors.values()} == {torch.float64}
 
 

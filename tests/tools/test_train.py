@@ -178,7 +178,7 @@ def test_fault_in_a_backward_op_is_the_first_divergence(captured, tmp_path):
     """A test-owned fault (perturb_node) in the backward of the block's second LayerNorm:
     the first to differ, named as backward, every forward op agreeing."""
     case = captured["block"]
-    names = _script(case, tmp_path).prepare(torch.device("cpu"), None)[2]
+    names = _script(case, tmp_path).prepare(torch.device("cpu"), None, every=True)[2]
     fault = next(n for n in names if n.endswith(".bwd.native_layer_norm_backward"))
     result = run_case(case, tmp_path / "run", spmd=False, perturb_node=fault)
     assert result.outcome.value == "mismatch" and result.first_divergence == {"xla": fault}
@@ -308,7 +308,7 @@ def test_batch_norm_statistics_are_outputs_carried_from_step_to_step(tmp_path):
     joint program, saved as buffer.<name>, and the next step starts from them."""
     case = command(f"{MODELS}:batch_norm", out_dir=tmp_path)
     script = _script(case, tmp_path, steps=2, spmd=False)
-    graph, inputs, names = script.prepare(torch.device("cpu"), None)
+    graph, inputs, names = script.prepare(torch.device("cpu"), None, every=True)
     assert names[-10:-7] == [f"buffer.bn.{b}" for b in ("running_mean", "running_var",
                                                         "num_batches_tracked")]  # fmt: skip
     tensors = script.train(graph, inputs, names)
