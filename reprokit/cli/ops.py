@@ -34,6 +34,9 @@ def ops_(
         str, typer.Option("--backends", help="xla (torchax: see docs/ops.md)")
     ] = "xla",
     edge: Annotated[bool, typer.Option("--edge", help="edge values too (docs/ops.md)")] = False,
+    inplace: Annotated[
+        bool, typer.Option("--inplace", help="each op's in-place variant too (x.abs_())")
+    ] = False,
     n: Annotated[str, typer.Option("-n", help="workers at once: N or auto")] = "1",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="the folder")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds a sample may take")] = 30.0,
@@ -75,6 +78,7 @@ def ops_(
             dtypes=chosen,
             grad=grad,
             edge=edge or every,
+            inplace=inplace,
             backends=tuple(b for b in backends.split(",") if b),
             options=Options(jobs=jobs(n)),
             cache=not no_cache,
@@ -98,7 +102,7 @@ def ops_(
         repro = g.repro or f"no repro: {g.why_no_repro}"
         out.print(
             f"  {g.op}{'.' + g.variant if g.variant else ''} {'/'.join(g.dtypes)} "
-            f"{'backward' if g.grad else 'forward'} {g.kind}: {escape(repro)} "
+            f"{g.passed} {g.kind}: {escape(repro)} "
             f"({alone[g.reproduces_alone]})",
             highlight=False,
         )

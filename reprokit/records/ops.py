@@ -39,6 +39,12 @@ class Group:
     why_no_repro: str = ""
     owner: str = ""  # "torch": CPU itself far from float64 there
     known: str = ""  # the report of docs/examples it matches
+    inplace: bool = False  # the op's in-place variant (``x.abs_()``), forward
+
+    @property
+    def passed(self) -> str:
+        """Which pass: forward, backward or in-place."""
+        return "in-place" if self.inplace else "backward" if self.grad else "forward"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"dtypes": list(self.dtypes)}
@@ -59,6 +65,7 @@ class OpsSweep:
     grad: bool
     edge: bool
     seconds: float
+    inplace: bool = False  # the in-place variants swept too
     interrupted: bool = False
     ops: list[dict[str, Any]] = field(default_factory=list)  # op, variant, dtypes, counts, skip
     skips: dict[str, int] = field(default_factory=dict)  # reason -> samples

@@ -41,9 +41,10 @@ def headline(sweep: OpsSweep) -> str:
 def markdown(sweep: OpsSweep) -> str:
     lines = [f"# reprokit ops: {headline(sweep)}", ""]
     versions = ", ".join(f"{k} {v}" for k, v in sweep.versions.items())
-    what = (
-        f"dtypes {', '.join(sweep.dtypes)}; {'forward and backward' if sweep.grad else 'forward'}"
+    passes = (
+        "forward" + (", backward" if sweep.grad else "") + (", in-place" if sweep.inplace else "")
     )
+    what = f"dtypes {', '.join(sweep.dtypes)}; {passes}"
     lines += [
         f"{what}{'; edge values' if sweep.edge else ''}; {versions}; "
         f"{sweep.seconds:,.0f} s ({sweep.cached} tasks from the results cache).",
@@ -73,7 +74,7 @@ def _groups(groups: tuple[Group, ...]) -> list[str]:
         witness = f"{edge}sample {w.get('sample')}: {shapes}; {detail}"
         repro = f"`{g.repro}`" if g.repro else _cell(g.why_no_repro or "none")
         alone = {True: "yes", False: "no", None: "-"}[g.reproduces_alone]
-        passed = "backward" if g.grad else "forward"
+        passed = g.passed
         lines.append(
             f"| {op} | {', '.join(g.dtypes)} | {passed} | {g.kind} | {witness} | "
             f"{repro} | {alone} | {g.known} |"

@@ -76,6 +76,7 @@ class _Asked:
     argv: list[str]
     begun: float
     announce: Callable[[str], None] | None = None
+    inplace: bool = False
     swept: list[float] = field(default_factory=list)  # when every sample was judged
 
 
@@ -86,6 +87,7 @@ def sweep_ops(
     dtypes: tuple[str, ...] = DTYPES,
     grad: bool = False,
     edge: bool = False,
+    inplace: bool = False,
     backends: tuple[str, ...] = BACKENDS,
     options: Options | None = None,
     cache: bool = True,
@@ -95,7 +97,8 @@ def sweep_ops(
     announce: Callable[[str], None] | None = None,
 ) -> OpsSweep:
     """Sweep the OpInfos ``names`` (all of them when empty) into ``out_dir``: ops.json,
-    report.md and a repro per group. Raises :class:`Interrupted` (with what finished) on
+    report.md and a repro per group (``inplace``: each op's in-place variant too, where it has
+    one, on the same samples). Raises :class:`Interrupted` (with what finished) on
     KeyboardInterrupt, ReprokitError on bad input."""
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:
@@ -111,6 +114,7 @@ def sweep_ops(
         list(argv or []),
         time.monotonic(),
         announce,
+        inplace=inplace,
     )
     asked.out_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -216,14 +220,16 @@ def _tasks(listing: dict[str, Any], asked: _Asked) -> list[Task]:
     for entry in listing["ops"]:
         if entry["skip"]:
             continue
-        passes = [(False, entry["dtypes"])] + ([(True, entry["grad_dtypes"])] if asked.grad else [])
+        passes = [(False, False, entry["dtypes"])]
+        passes += [(True, False, entry["grad_dtypes"])] if asked.grad else []
+        if asked.inplace and entry.get("inplace") is not None:  # "": one torch gives no name
+            passes.append((False, True, entry["dtypes"]))
         for backend in asked.backends:
-            for backward, dtypes in passes:
+            for backward, inplace, dtypes in passes:
                 for dtype in dtypes:
                     for edge in (False, True) if asked.edge else (False,):
-                        tasks.append(
-                            Task(entry["op"], entry["variant"], dtype, backend, backward, edge)
-                        )
+                        task = Task(entry["op"], entry["variant"], dtype, backend, backward, edge)
+                        tasks.append(replace(task, inplace=inplace))
     return tasks
 
 
@@ -236,6 +242,7 @@ def _stamped(task: Task, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "grad": task.grad,
         "edge": task.edge,
     }
+    stamp |= {"inplace": True} if task.inplace else {}  # absent: the function itself
     return [stamp | r for r in found]
 
 
@@ -253,6 +260,7 @@ def _finish(
     found = grouping.build(records)
     codes = _codes(records, found)
     calls = {(e["op"], e["variant"]): e["call"] for e in listing["ops"]}
+    calls |= {(e["op"], e["variant"], "inplace"): e.get("inplace") or None for e in listing["ops"]}
     for old in out_dir.glob("repro_*"):
         old.unlink()
     found = grouping.write_repros(found, codes, calls, out_dir, witness)
@@ -291,6 +299,7 @@ def _sweep(
         dtypes=asked.dtypes,
         grad=asked.grad,
         edge=asked.edge,
+        inplace=asked.inplace,
         seconds=round(time.monotonic() - asked.begun, 1),
         timings={"samples": round(asked.swept[0] - asked.begun, 1)} if asked.swept else {},
         interrupted=interrupted,
@@ -317,6 +326,7 @@ def _codes(records: list[dict[str, Any]], found: list) -> dict[str, dict[str, An
                 r["backend"],
                 r["kind"] if "kind" in r else None,
                 r["grad"],
+                r.get("inplace", False),
                 r["dtype"],
                 r["edge"],
                 r["sample"],
@@ -327,6 +337,7 @@ def _codes(records: list[dict[str, Any]], found: list) -> dict[str, dict[str, An
                 group.backend,
                 group.kind,
                 group.grad,
+                group.inplace,
                 w["dtype"],
                 w["edge"],
                 w["sample"],
@@ -388,7 +399,7 @@ def _cpu_wrong(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     found: dict[tuple, dict[str, Any]] = {}
     for r in records:
         if r["verdict"] == "cpu_wrong":
-            key = (r["op"], r["variant"], r["dtype"], r["grad"])
+            key = (r["op"], r["variant"], r["dtype"], r["grad"], r.get("inplace", False))
             entry = found.setdefault(
                 key,
                 {

@@ -74,16 +74,15 @@ def build(records: list[dict[str, Any]]) -> list[Group]:
     keyed: dict[tuple, list[dict[str, Any]]] = {}
     for r in records:
         if r["verdict"] == "differs":
-            keyed.setdefault(
-                (r["op"], r["variant"], r["backend"], r["kind"], r["grad"]), []
-            ).append(r)
+            key = (r["op"], r["variant"], r["backend"], r["kind"], r["grad"])
+            keyed.setdefault((*key, r.get("inplace", False)), []).append(r)
     groups = []
-    for (op, variant, backend, kind, grad), found in sorted(keyed.items()):
+    for (op, variant, backend, kind, grad, inplace), found in sorted(keyed.items()):
         witness = min(found, key=_smallest)
         dtypes = sorted({r["dtype"] for r in found}, key=_dtype_rank)
         owner = "torch" if any(r.get("owner") == "torch" for r in found if r is witness) else ""
         group = Group(
-            id=_slug(op, variant, kind, grad, backend),
+            id=_slug(op, variant, kind, grad, backend) + ("_inplace" if inplace else ""),
             op=op,
             variant=variant,
             backend=backend,
@@ -93,6 +92,7 @@ def build(records: list[dict[str, Any]]) -> list[Group]:
             samples=len(found),
             owner=owner,
             witness={k: witness.get(k) for k in ("dtype", "edge", "sample", "described", "detail")},
+            inplace=inplace,
         )
         groups.append(replace(group, known=_known(group, witness)))
     return groups
@@ -161,7 +161,8 @@ def write_repros(
         if code.get("saved"):
             saved = f"repro_{group.id}.pt"
             shutil.copyfile(witness_dir / code["saved"], out_dir / saved)
-        text = repro.repro_text(group, code, calls.get((group.op, group.variant)), saved)
+        key = (group.op, group.variant) + (("inplace",) if group.inplace else ())
+        text = repro.repro_text(group, code, calls.get(key), saved)
         name = f"repro_{group.id}.py"
         (out_dir / name).write_text(text, "utf-8")
         written.append(replace(group, repro=name))

@@ -45,10 +45,11 @@ class Task:
     backend: str
     grad: bool
     edge: bool
+    inplace: bool = False  # the op's in-place variant (forward)
 
     @property
     def id(self) -> str:
-        passed = "grad" if self.grad else "fwd"
+        passed = "inplace" if self.inplace else "grad" if self.grad else "fwd"
         return f"{self.op}|{self.variant}|{self.dtype}|{self.backend}|{passed}|{int(self.edge)}"
 
     def to_json(self) -> dict[str, Any]:
@@ -60,6 +61,7 @@ class Task:
             "backend": self.backend,
             "grad": self.grad,
             "edge": self.edge,
+            "inplace": self.inplace,
         }
 
 

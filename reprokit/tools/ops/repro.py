@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 _RUN = """\
 def run(device, f64=False):  # the op's result {leaf}on device (f64: float types as float64)
     wide = lambda d: torch.float64 if f64 and d in (torch.float16, torch.bfloat16, torch.float32) else d
-    to = lambda v: v.detach().to(device, wide(v.dtype)) if isinstance(v, torch.Tensor) else wide(v) if isinstance(v, torch.dtype) else v
+    to = lambda v: v.detach().to(device, wide(v.dtype), copy=True) if isinstance(v, torch.Tensor) else wide(v) if isinstance(v, torch.dtype) else v
     a, k = tree_map(to, A), dict(tree_map(to, K), **({{"device": device}} if "device" in K else {{}}))
 """
 
@@ -87,7 +87,7 @@ def title(group: Any) -> str:
         "hang": "hangs",
     }[group.kind]
     variant = f" ({group.variant})" if group.variant else ""
-    passed = "gradient of " if group.grad else ""
+    passed = "gradient of " if group.grad else "in-place " if group.inplace else ""
     return f"{'/'.join(group.dtypes)} {passed}{group.op}{variant} on XLA: {what}"
 
 
@@ -97,13 +97,14 @@ def repro_text(group: Any, code: dict[str, Any], call: str | None, saved: str | 
     its large tensors, beside it."""
     witness = group.witness
     which = f"{'edge' if witness.get('edge') else 'OpInfo'} sample {witness['sample']}"
-    which += ", gradient" if group.grad else ""
+    which += ", gradient" if group.grad else ", in-place variant" if group.inplace else ""
     name = f"{group.op!r}" + (f" variant {group.variant!r}" if group.variant else "")
     text = _HEAD.format(title=title(group), name=name, dtype=witness["dtype"], which=which)
     if call is None:
         text += "from torch.testing._internal.common_methods_invocations import op_db\n"
         find = f"o.name == {group.op!r} and o.variant_test_name == {group.variant!r}"
-        text += f"OP = next(o.op for o in op_db if {find})\n"
+        fn = "inplace_variant" if group.inplace else "op"
+        text += f"OP = next(o.{fn} for o in op_db if {find})\n"
         call = "OP"
     if saved:  # beside the script, wherever it is run from
         text += (

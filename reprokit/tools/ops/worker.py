@@ -116,6 +116,7 @@ def listing(
             "op": op.name,
             "variant": op.variant_test_name,
             "call": call_of(op),
+            "inplace": _inplace_call(op),  # the in-place variant's name, "" when unnamed
             "dtypes": [d for d in dtypes if d in supported],
             "grad_dtypes": [
                 d
@@ -142,11 +143,15 @@ def _skipped(op: Any) -> str | None:
     return None
 
 
-def call_of(op: Any) -> str | None:
-    """How a repro names the OpInfo's function: ``torch.nn.functional.softplus`` where that
-    is the very function it calls; None where it is a lambda of OpInfo's own."""
+def call_of(op: Any, fn: Any = None) -> str | None:
+    """How a repro names the OpInfo's function (or ``fn``, its in-place variant):
+    ``torch.nn.functional.softplus`` where that is the very function it calls; None where it is
+    a lambda of OpInfo's own."""
+    fn = op.op if fn is None else fn
+    name = getattr(fn, "__name__", op.name)
     candidates = [f"torch.{op.name}", f"torch.Tensor.{op.name}", f"torch.special.{op.name}"]
-    module, qualname = getattr(op.op, "__module__", None), getattr(op.op, "__qualname__", "")
+    candidates += [f"torch.Tensor.{name}", f"torch.{name}"]
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if module and module.startswith("torch") and "<" not in qualname:
         candidates.append(f"{module}.{qualname}")
     for path in candidates:
@@ -155,9 +160,17 @@ def call_of(op: Any) -> str | None:
             found = getattr(found, part, None)
             if found is None:
                 break
-        if found is not None and found is op.op:
+        if found is not None and found is fn:
             return path
     return None
+
+
+def _inplace_call(op: Any) -> str | None:
+    """The in-place variant's name for a repro (``torch.Tensor.abs_``); "" where it has one
+    that has no name of torch's, None where it has none."""
+    if op.inplace_variant is None:
+        return None
+    return call_of(op, op.inplace_variant) or ""
 
 
 def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
@@ -171,6 +184,7 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
         op = by_name[(task["op"], task["variant"])]
         dtype = getattr(torch, task["dtype"])
         grad, edge, start = task["grad"], task["edge"], task.get("start", 0)
+        inplace = task.get("inplace", False)
         describe = set(task.get("describe", ()))
         hang = _hang(task["op"])
         made = samples.op_samples(op, dtype, grad=grad, edge=edge)
@@ -185,7 +199,9 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
             if i == hang:
                 threading.Event().wait()  # until the alarm ends the process
             fallbacks(clear=True)
-            found = judge.judge(op, sample, dtype, device, grad=grad, fallbacks=fallbacks)
+            found = judge.judge(
+                op, sample, dtype, device, grad=grad, fallbacks=fallbacks, inplace=inplace
+            )
             signal.alarm(0)
             found |= {"sample": i, "described": described}
             if found["verdict"] == "differs":

@@ -1,7 +1,8 @@
 """``reprokit ops`` end to end, as a user sees it: one sweep of four OpInfos in float16 with the
-edge values (a known divergence, fp16 softplus; a match, abs; a skip, nonzero's CPU fallback;
-a crash, roll of an empty tensor), its exit code, ops.json, report.md and the repros run alone;
-then the same sweep again from the results cache."""
+edge values and the in-place variants (a known divergence, fp16 softplus; a match, abs, and
+its in-place ``abs_``; a skip, nonzero's CPU fallback; a crash, roll of an empty tensor), its
+exit code, ops.json, report.md and the repros run alone; then the same sweep again from the
+results cache."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def reprokit(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
 def swept(tmp_path_factory):
     """The sweep, run once for the module: its folder, its cache, the CLI's answer."""
     root = tmp_path_factory.mktemp("ops")
-    args = ["ops", *OPS, "--dtypes", "float16", "--edge", "-n", "2", "-o", str(root / "out")]
+    args = ["ops", *OPS, "--dtypes", "float16", "--edge", "--inplace", "-n", "2"]
+    args += ["-o", str(root / "out")]
     done = reprokit(*args, cache=root / "cache")
     return root / "out", root / "cache", done, args
 
@@ -79,6 +81,17 @@ def test_a_match_and_a_skip_are_counted_not_grouped(swept):
     assert sweep.skips["CPU fallback"] >= len(fell)
 
 
+def test_in_place_variants_are_swept_where_an_op_has_one(swept):
+    folder, _, _, _ = swept
+    sweep = read_ops(folder)
+    assert sweep.inplace
+    passes = {(r["op"], r.get("inplace", False)) for r in sweep.records}
+    assert ("abs", True) in passes  # abs_ on XLA, its own lowering
+    assert not {op for op, inplace in passes if inplace} - {"abs"}  # the others have none
+    edge = [r for r in sweep.records if r["op"] == "abs" and r.get("inplace") and r["edge"]]
+    assert edge and {r["verdict"] for r in edge} == {"match"}
+
+
 def test_report_md_lists_the_groups_and_reprokit_report_renders_it(swept):
     folder, cache, _, _ = swept
     text = (folder / "report.md").read_text()
@@ -102,7 +115,7 @@ def test_an_unchanged_sweep_comes_from_the_cache(swept):
     seconds = time.monotonic() - begun
     assert again.returncode == 1
     sweep = read_ops(folder)
-    assert sweep.cached == sweep.tasks == 8  # 4 ops x float16 x (OpInfo's, edge)
+    assert sweep.cached == sweep.tasks == 10  # 4 ops x float16 x (OpInfo's, edge); abs_ too
     assert seconds < 60, seconds  # no sample run, no repro run alone (their answers cached)
     assert again.stdout.splitlines()[0] == first.stdout.splitlines()[0]
 
