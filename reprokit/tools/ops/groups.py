@@ -1,12 +1,15 @@
 """Divergences as groups, not rows: one per (op, variant, backend, kind, forward or backward),
 with the dtypes it shows in and its smallest witness; each group's repro written into the
-sweep's folder and run alone (minimize's ``alone``: ``python -I`` in a folder of its own,
-only PATH, HOME and XLA's device set), its answer cached. Torch-free."""
+sweep's folder and run alone (in a folder of its own, only PATH, HOME and XLA's device set,
+forked warm as a stage is), its answer cached. Torch-free."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -14,8 +17,12 @@ from typing import Any
 
 import reprokit.tools.ops.repro as repro
 from reprokit.infra.caching import Store, file_digest
+from reprokit.records import Status
 from reprokit.records.ops import Group
+from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
+from reprokit.runner.processes.stage import Launch
+from reprokit.runner.processes.warm import WarmExecutor
 
 DTYPE_ORDER = (
     "float32",
@@ -175,11 +182,11 @@ def check_alone(
     """Each repro run alone (``jobs`` at a time), the answer cached by the script's bytes:
     ``reproduces_alone`` and what it printed."""
     # minimize.graph's package imports torch; its alone.py is only needed once repros exist
-    from reprokit.tools.minimize.graph.alone import run_alone
+    from reprokit.tools.minimize.graph.alone import Ran
 
     store = Store("ops-alone")
     scratch = out_dir / ".alone"
-    alone = replace(options, timeout=ALONE_TIMEOUT)
+    executor = WarmExecutor(replace(options, timeout=ALONE_TIMEOUT))
 
     def check(group: Group) -> Group:
         if group.repro is None:
@@ -188,7 +195,7 @@ def check_alone(
         key = store.key([file_digest(f) for f in files], versions)
         hit = store.get_json(key)
         if hit is None:
-            ran = run_alone(lambda where: _copy(files, where), alone, scratch)
+            ran = _alone(files, executor, options, scratch, Ran)
             shows = (
                 ran.returncode is None
                 if group.kind == "hang"
@@ -202,10 +209,43 @@ def check_alone(
             store.put_json(key, hit)
         return replace(group, reproduces_alone=hit["shows"], alone_output=hit["output"])
 
-    with ThreadPoolExecutor(max(1, options.jobs)) as pool:
-        checked = list(pool.map(check, groups))
-    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        with ThreadPoolExecutor(max(1, options.jobs)) as pool:
+            checked = list(pool.map(check, groups))
+    finally:
+        executor.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     return checked
+
+
+def _alone(
+    files: list[Path], executor: WarmExecutor, options: Options, scratch: Path, ran: Any
+) -> Any:
+    """The repro run as a maintainer runs it pasted from an issue: in a folder holding only it
+    (and its .pt), with only PATH, HOME and XLA's device set, its own process; forked from a
+    server that imported torch and torch_xla in that same environment (runner/processes/warm.py,
+    as stages start: seconds a repro instead of an interpreter's start), cold with ``--cold``
+    or where no server starts. The XLA runtime starts in the repro's process."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=scratch))
+    where = folder / "repro"
+    where.mkdir()
+    _copy(files, where)
+    kept = {k: os.environ[k] for k in ("PATH", "HOME", "TMPDIR") if k in os.environ}
+    env = stage_env("xla", options.xla_device, base=kept)
+    logs = [folder / "stdout.log", folder / "stderr.log"]
+    how = Launch([options.python, "repro.py"], "alone", "xla", env, where, logs, ALONE_TIMEOUT)
+    ended, _ = executor.start(how, threading.Event())
+    out, err = (_read(log) for log in logs)
+    timed_out = ended.status is Status.TIMEOUT
+    return ran(None if timed_out else ended.returncode, out, err, ended.signal)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _pt(out_dir: Path, group: Group) -> Path:
