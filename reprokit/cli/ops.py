@@ -41,6 +41,9 @@ def ops_(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="the folder")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds a sample may take")] = 30.0,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="judge every sample anew")] = False,
+    cold: Annotated[
+        bool, typer.Option("--cold", help="workers and repros in fresh interpreters, not forked")
+    ] = False,
 ) -> None:
     """Every sample of torch's OpInfo database (the ops named, or --all) on XLA against CPU and
     float64: ops.json, report.md and a repro_<group>.py per divergence, each run alone.
@@ -80,7 +83,7 @@ def ops_(
             edge=edge or every,
             inplace=inplace,
             backends=tuple(b for b in backends.split(",") if b),
-            options=Options(jobs=jobs(n)),
+            options=Options(jobs=jobs(n), warm=not cold),
             cache=not no_cache,
             timeout=timeout,
             argv=sys.argv,

@@ -109,7 +109,22 @@ def evaluate(
             raise Skip("no differentiable input or result")
         cts = [cotangent(o, j, dtype) for j, o in enumerate(outs)]
         out = torch.autograd.grad(outs, ins, cts, allow_unused=True)
-    return [_on_cpu(leaf) for leaf in tree_leaves(out)]
+    return [_on_cpu(leaf) for leaf in _fetched(tree_leaves(out))]
+
+
+def _fetched(leaves: list[Any]) -> list[Any]:
+    """The leaves, those on XLA brought to CPU together: one graph for all of an op's results
+    (as a step's outputs are), not one compile and run per result that re-traces the others."""
+    on_xla = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor) and x.is_xla]
+    if len(on_xla) < 2:
+        return leaves
+    import torch_xla
+
+    fetched = torch_xla._XLAC._xla_get_cpu_tensors([leaves[i].detach() for i in on_xla])
+    kept = list(leaves)
+    for i, tensor in zip(on_xla, fetched, strict=True):
+        kept[i] = tensor
+    return kept
 
 
 def cotangent(out: torch.Tensor, j: int, dtype: torch.dtype) -> torch.Tensor:
