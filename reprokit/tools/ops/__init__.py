@@ -35,6 +35,7 @@ HERE = Path(__file__).parent
 SOURCES = [
     HERE / "worker.py",
     HERE / "judge.py",
+    HERE / "explain.py",
     HERE / "samples.py",
     HERE.parent.parent / "comparison" / "tensors.py",
 ]

@@ -63,6 +63,21 @@ KNOWN = {
     "nn.functional.relu6": ("clip_grad_boundaries.md", True),
     "roll": ("roll_empty_sigfpe.md", False),
     "nn.functional.nll_loss": ("nll_loss_0d_target_segfault.md", False),
+    # written from the sweep itself
+    "diagonal": ("diagonal_default_dims.md", False),
+    "diagonal_copy": ("diagonal_default_dims.md", False),
+    "diagonal_scatter": ("diagonal_default_dims.md", False),
+    "nn.functional.avg_pool2d": ("avg_pool_divisor_override.md", False),
+    "nn.functional.avg_pool3d": ("avg_pool_divisor_override.md", False),
+    "_chunk_cat": ("chunk_cat_nonzero_dim.md", False),
+    "nn.functional.logsigmoid": ("logsigmoid_neg_inf.md", False),
+    "nn.functional.pad": ("pad_negative_replicate_reflect.md", False),
+    "cdist": ("cdist_batch_broadcast.md", False),
+    "clamp_min": ("clamp_min_broadcast.md", False),
+    "clamp_max": ("clamp_min_broadcast.md", False),
+    "lerp": ("lerp_weight_one.md", False),
+    "__rmod__": ("remainder_inf_divisor.md", False),
+    "remainder": ("remainder_inf_divisor.md", False),
 }
 # Kinds a report is of, where it is not every kind of its op's groups
 KINDS = {
@@ -70,6 +85,15 @@ KINDS = {
     "nll_loss_0d_target_segfault.md": ("crash",),
     "cumsum_bool_int32.md": ("dtype",),
     "clamp_omitted_bound.md": ("value", "nan-inf"),
+    "diagonal_default_dims.md": ("value",),
+    "avg_pool_divisor_override.md": ("value",),
+    "chunk_cat_nonzero_dim.md": ("value",),
+    "logsigmoid_neg_inf.md": ("nan-inf",),
+    "pad_negative_replicate_reflect.md": ("error",),
+    "cdist_batch_broadcast.md": ("error",),
+    "clamp_min_broadcast.md": ("error",),
+    "lerp_weight_one.md": ("value", "nan-inf"),
+    "remainder_inf_divisor.md": ("nan-inf",),
 }
 SCALAR_DIM = ("expected to be in range of [0, -1]", "but tensor has no dimensions")
 EMPTY_DIM = ("sum", "mean", "nansum", "amax", "amin", "std", "var", "prod", "logsumexp")

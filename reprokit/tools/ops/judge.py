@@ -12,11 +12,10 @@ from typing import Any
 
 import torch
 from torch.testing._comparison import default_tolerances
-from torch.testing._internal.opinfo.core import ReductionOpInfo
 from torch.utils._pytree import tree_leaves, tree_map
 
 from reprokit.comparison.tensors import compare_tensor
-from reprokit.tools.ops.samples import FILLED, REDUCING
+from reprokit.tools.ops import explain
 
 # Ops whose integer results are indices chosen among equal values (any is right): with ties in
 # the input only their values are compared
@@ -247,12 +246,12 @@ def _verdict(
         raise Skip("random: CPU gives other values for another seed")
     if not bad:
         return chosen
-    if _seeded(op):
+    if explain.seeded(op):
         raise Skip("random: OpInfo seeds the op itself (wrapper_set_seed), XLA's generator differs")
-    if _mixed(op, sample, run, grad=grad):
+    if explain.mixed(op, sample, run, grad=grad):
         raise Skip("edge values mixed by a reduction: order-dependent")
     leaf = chosen["leaf"]
-    if _flushed(run, leaf, target, sample):
+    if explain.flushed(run, leaf, target, sample):
         return {"verdict": "platform", "reason": "subnormal flushing", "leaf": leaf}
     return chosen
 
@@ -371,9 +370,10 @@ def _exact(c: torch.Tensor, t: torch.Tensor, f: Any, sample: Any, *, ties: bool)
         return None
     if ties:
         return {"verdict": "match", "note": "index ties: values compared"}
-    if c.dtype in UNSIGNED and any(x.is_floating_point() and (x < 0).any() for x in _ins(sample)):
+    ins = explain.inputs(sample)
+    if c.dtype in UNSIGNED and any(x.is_floating_point() and (x < 0).any() for x in ins):
         return {"verdict": "skip", "reason": "negative float to unsigned: undefined"}
-    if c.dtype != torch.bool and any(_beyond(x, c.dtype) for x in _ins(sample)):
+    if c.dtype != torch.bool and any(_beyond(x, c.dtype) for x in ins):
         return {
             "verdict": "skip",
             "reason": "float to integer out of its range (inf, NaN): undefined",
@@ -438,14 +438,6 @@ def _same_leaves(a: list[Any], b: list[Any]) -> bool:
     return True
 
 
-def _ins(sample: Any) -> list[torch.Tensor]:
-    return [t for t in tree_leaves((sample.input, sample.args, sample.kwargs)) if _tensor(t)]
-
-
-def _tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)
-
-
 def _ties(sample: Any) -> bool:
     """The input holds a value twice (a NaN counts as equal to another)."""
     x = sample.input if isinstance(sample.input, torch.Tensor) else None
@@ -455,109 +447,8 @@ def _ties(sample: Any) -> bool:
     return torch.unique(flat.detach().reshape(-1)).numel() < x.numel()
 
 
-def _mixed(op: Any, sample: Any, run: Callable, *, grad: bool) -> bool:
-    """An edge-filled sample (samples.FILLED) of an op that is not elementwise: a sum of +-max
-    and small values depends on the order of the additions, on any backend."""
-    if getattr(sample, "name", "") != FILLED:
-        return False
-    if isinstance(op, ReductionOpInfo) or op.name in REDUCING:
-        return True
-    try:
-        shape = torch.broadcast_shapes(*(t.shape for t in _ins(sample)))
-        forward = run("cpu", forward=True) if grad else run("cpu")
-    except Exception:  # no common shape: not elementwise
-        return True
-    return any(isinstance(t, torch.Tensor) and tuple(t.shape) != tuple(shape) for t in forward)
-
-
-def _seeded(op: Any) -> bool:
-    """OpInfo wraps its random ops (dropout in attention, rrelu, ...) in ``wrapper_set_seed``,
-    which seeds torch's CPU generator inside the call: CPU's result is the same for every seed
-    (the seed check cannot see it), XLA's generator another."""
-    code = getattr(op.op, "__code__", None)
-    return code is not None and "wrapper_set_seed" in code.co_names
-
-
 def _index_op(name: str) -> bool:
     return name in INDEX_OPS or name in ("amax", "amin") or "max_pool" in name
-
-
-def _subnormal(t: Any) -> bool:
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
-        return False
-    tiny = torch.finfo(t.dtype).tiny
-    a = t.detach().abs()
-    return bool(((a > 0) & (a < tiny)).any())
-
-
-def _flush(t: Any) -> Any:
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        return t
-    tiny = torch.finfo(t.dtype).tiny
-    kept = t.detach().clone()
-    kept[(kept.abs() < tiny)] = 0.0
-    return kept.requires_grad_(t.requires_grad)
-
-
-def _flushed(run: Callable, leaf: int, target: list[Any], sample: Any) -> bool:
-    """XLA:CPU flushes subnormal values to zero, inside an op as well (``3 / x`` as ``3 * (1 /
-    x)``: 1 / 1e38 is subnormal): the difference is that alone when, of an elementwise op, it
-    differs only at elements that read or make a subnormal value (``atan2`` of two is NaN); or
-    when CPU gives the backend's result computing with flush-to-zero
-    (``torch.set_flush_denormal``); or, where CPU's kernel leaves that out (half types), on
-    inputs flushed so, its result flushed so too."""
-    t = target[leaf]
-    if not isinstance(t, torch.Tensor):
-        return False
-    c, f = run("cpu")[leaf], run("cpu", f64=True)[leaf]
-    tiny = torch.finfo(t.dtype).tiny if t.is_floating_point() else 0.0
-    if _confined(sample, c, t, lambda x: (x != 0) & (x.abs() < tiny), also=[c, f]):
-        return True  # every element that differs reads or makes a subnormal (atan2 of two)
-    try:
-        ftz = run("cpu", flush=True)[leaf]
-    except Exception:
-        ftz = None
-    if isinstance(ftz, torch.Tensor) and ftz.shape == t.shape and ftz.dtype == t.dtype:
-        rtol, atol = default_tolerances(t)
-        if bool(torch.isclose(ftz, t, rtol=rtol, atol=atol, equal_nan=True).all()):
-            return True
-    if not any(_subnormal(x) for x in _ins(sample)) and not _subnormal(run("cpu")[leaf]):
-        return False
-    try:
-        again = run("cpu", given=sample.transform(_flush))
-    except Exception:
-        return False
-    c = _flush(again[leaf])
-    if not isinstance(c, torch.Tensor) or c.shape != t.shape:
-        return False
-    return compare_tensor("flushed", c, _flush(t)).allclose
-
-
-def _off(c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """Where the backend's result is not CPU's within the dtype's tolerance (NaN equal NaN)."""
-    rtol, atol = default_tolerances(t)
-    return ~torch.isclose(c, t, rtol=rtol, atol=atol, equal_nan=True)
-
-
-def _confined(sample: Any, c: Any, t: Any, marks: Callable, also: Any = None) -> bool:
-    """An elementwise result (the shape its inputs broadcast to) that differs only where some
-    input element, or ``also`` (CPU's or float64's result), is marked by ``marks``."""
-    tensors = all(isinstance(x, torch.Tensor) for x in (c, t))
-    if not tensors or c.shape != t.shape or not t.is_floating_point():
-        return False
-    ins = [x for x in _ins(sample) if x.is_floating_point()]
-    try:
-        shape = torch.broadcast_shapes(*(x.shape for x in _ins(sample)))
-    except RuntimeError:
-        return False
-    if not ins or tuple(shape) != tuple(c.shape):
-        return False
-    off = _off(c, t)
-    marked = torch.zeros(c.shape, dtype=torch.bool)
-    for x in [*ins, *([] if also is None else also)]:
-        if isinstance(x, torch.Tensor) and x.is_floating_point():
-            marked |= marks(x.detach().to(torch.float64)).expand(c.shape)
-    return bool(off.any()) and bool(marked[off].all())
 
 
 def _first_line(exc: BaseException) -> str:
