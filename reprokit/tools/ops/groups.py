@@ -78,6 +78,7 @@ KNOWN = {
     "lerp": ("lerp_weight_one.md", False),
     "__rmod__": ("remainder_inf_divisor.md", False),
     "remainder": ("remainder_inf_divisor.md", False),
+    "nn.functional.silu": ("fp16_sigmoid_silu_exp_overflow.md", False),
 }
 # Kinds a report is of, where it is not every kind of its op's groups
 KINDS = {
