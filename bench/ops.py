@@ -1,11 +1,13 @@
 """``reprokit ops`` measured: a sweep into a fresh results cache, then the same sweep unchanged.
 
     .venv/bin/python bench/ops.py [--all] [NAME...] [--dtypes float32,bfloat16,float16]
-                                  [--grad] [--no-edge] [-n 2] [-o DIR]
+                                  [--grad] [--inplace] [--no-edge] [-n 2] [-o DIR] [--cache DIR]
 
-Prints the first sweep's time, the re-run's (goal for ``--all --edge``: at most 20 minutes,
-45 with ``--grad``; the re-run at most 2 minutes), and the coverage: OpInfos swept of torch's,
-samples by verdict, skips by reason, groups by kind and how many reproduce alone. The machine
+``--cache DIR`` keeps the results cache (a later ``--inplace`` or ``--grad`` sweep into it
+then runs only what is new). Prints the first sweep's time and its phases (samples judged,
+repros run alone), the re-run's (goal for ``--all --edge``: at most 20 minutes, 45 with
+``--grad``; the re-run at most 2 minutes), and the coverage: OpInfos swept of torch's, samples
+by verdict, skips by reason, groups by kind and how many reproduce alone. The machine
 is whatever this runs on: say how loaded it was when quoting the figures.
 """
 
@@ -39,14 +41,17 @@ def main() -> None:
     parser.add_argument("--no-edge", action="store_true")
     parser.add_argument("-n", default="2")
     parser.add_argument("-o", type=Path, default=None)
+    parser.add_argument("--inplace", action="store_true")
+    parser.add_argument("--cache", type=Path, default=None, help="kept (default: a fresh one)")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-ops-") as scratch:
         out = opts.o or Path(scratch) / "out"
         args = [*opts.names, "--dtypes", opts.dtypes, "-n", opts.n, "-o", str(out)]
         args += ["--all"] if opts.all else []
         args += ["--grad"] if opts.grad else []
+        args += ["--inplace"] if opts.inplace else []
         args += [] if opts.no_edge or opts.all else ["--edge"]
-        cache = Path(scratch) / "cache"
+        cache = opts.cache or Path(scratch) / "cache"
         first, code = sweep(args, cache)
         first_timings = json.loads((out / "ops.json").read_text()).get("timings")
         again, code_again = sweep(args, cache)
@@ -68,9 +73,15 @@ def main() -> None:
         )
     print(f"OpInfos: {len(swept)} swept of {len(ops)} listed")
     print("verdicts:", dict(Counter(r["verdict"] for r in records).most_common()))
+    passes = Counter(
+        "in-place" if r.get("inplace") else "backward" if r["grad"] else "forward" for r in records
+    )
+    print("samples by pass:", dict(passes.most_common()))
     print("skips by reason:", data["skips"])
     groups = data["groups"]
     print("groups by kind:", dict(Counter(g["kind"] for g in groups).most_common()))
+    known = sum(1 for g in groups if g.get("known"))
+    print(f"groups matching a report of docs/examples (or a public issue): {known}")
     alone = sum(1 for g in groups if g["reproduces_alone"])
     print(f"groups: {len(groups)}, {alone} reproduce alone")
 
