@@ -1,8 +1,8 @@
-"""``reprokit ops`` end to end, as a user sees it: one sweep of four OpInfos in float16 with the
+"""``reprokit ops`` end to end, as a user sees it: one sweep of five OpInfos in float16 with the
 edge values and the in-place variants (a known divergence, fp16 softplus; a match, abs, and
-its in-place ``abs_``; a skip, nonzero's CPU fallback; a crash, roll of an empty tensor), its
-exit code, ops.json, report.md and the repros run alone; then the same sweep again from the
-results cache."""
+its in-place ``abs_``; a skip, nonzero's CPU fallback; a crash, roll of an empty tensor; an
+in-place divergence, fp16 silu's), its exit code, ops.json, report.md and the repros run alone;
+then the same sweep again from the results cache."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from reprokit.records.ops import Group, read_ops
 from reprokit.tools.ops import repro
 
-OPS = ["nn.functional.softplus", "abs", "nonzero", "roll"]
+OPS = ["nn.functional.softplus", "abs", "nonzero", "roll", "nn.functional.silu"]
 
 
 def reprokit(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -87,9 +87,15 @@ def test_in_place_variants_are_swept_where_an_op_has_one(swept):
     assert sweep.inplace
     passes = {(r["op"], r.get("inplace", False)) for r in sweep.records}
     assert ("abs", True) in passes  # abs_ on XLA, its own lowering
-    assert not {op for op, inplace in passes if inplace} - {"abs"}  # the others have none
+    assert {op for op, inplace in passes if inplace} == {"abs", "nn.functional.silu"}
     edge = [r for r in sweep.records if r["op"] == "abs" and r.get("inplace") and r["edge"]]
     assert edge and {r["verdict"] for r in edge} == {"match"}
+    (silu_,) = [g for g in sweep.groups if g.op == "nn.functional.silu" and g.inplace]
+    assert (silu_.passed, silu_.kind, silu_.dtypes) == ("in-place", "value", ("float16",))
+    assert silu_.id.endswith("_inplace") and silu_.known == "fp16_sigmoid_silu_exp_overflow.md"
+    script = (folder / silu_.repro).read_text()
+    assert "o.inplace_variant" in script and "in-place variant" in script.splitlines()[0]
+    assert silu_.reproduces_alone is True and "XLA DIFFERS" in silu_.alone_output
 
 
 def test_report_md_lists_the_groups_and_reprokit_report_renders_it(swept):
@@ -115,7 +121,7 @@ def test_an_unchanged_sweep_comes_from_the_cache(swept):
     seconds = time.monotonic() - begun
     assert again.returncode == 1
     sweep = read_ops(folder)
-    assert sweep.cached == sweep.tasks == 10  # 4 ops x float16 x (OpInfo's, edge); abs_ too
+    assert sweep.cached == sweep.tasks == 14  # 5 ops x float16 x (OpInfo's, edge); abs_, silu_
     assert seconds < 60, seconds  # no sample run, no repro run alone (their answers cached)
     assert again.stdout.splitlines()[0] == first.stdout.splitlines()[0]
 
