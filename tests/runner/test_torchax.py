@@ -29,7 +29,8 @@ MATRIX = '\n[matrix]\ndtype = ["float32", "bfloat16"]\n'
 
 @pytest.fixture(scope="module")
 def torchax_run(shared_root, tmp_path_factory) -> Path:
-    """mlp_norm captured, run in float32 and bfloat16 with the torchax stage; its run folder."""
+    """mlp_norm captured, run in float32 and bfloat16 with the torchax stage, every operation
+    recorded (nodes = all: by default, only where the outputs differ); its run folder."""
     folder = tmp_path_factory.mktemp("torchax")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("REPROKIT_CACHE", str(shared_root))  # the environment: built once
@@ -40,7 +41,7 @@ def torchax_run(shared_root, tmp_path_factory) -> Path:
         case.write_text(text)
         run = folder / "run"
         result = CliRunner().invoke(
-            app, ["run", str(case), "--set", "torchax=true", "-o", str(run)]
+            app, ["run", str(case), "--set", "torchax=true", "--set", "nodes=all", "-o", str(run)]
         )
         assert result.exit_code == 0, result.output
         assert CliRunner().invoke(app, ["report", str(run)]).exit_code == 0
