@@ -201,11 +201,11 @@ class _State:
 
     def ready(self) -> list[Stage]:
         """Stages whose needs all ended well, not yet started (an on_mismatch stage only once
-        the others were judged not to match)."""
+        the others were judged not to match, and then first: it localises, the longest)."""
         if self.phase is not Phase.RUNNING:
             return []
         done = self.results
-        return [
+        ready = [
             stage
             for stage in self.stages
             if stage.name not in done
@@ -213,6 +213,7 @@ class _State:
             and (not stage.on_mismatch or self.localise)
             and all(n in done and done[n].status is Status.OK for n in stage.needs)
         ]
+        return sorted(ready, key=lambda stage: not stage.on_mismatch)
 
     @property
     def to_judge_first(self) -> bool:

@@ -498,6 +498,21 @@ def test_an_on_mismatch_stage_runs_only_where_the_others_do_not_match(tmp_path, 
     assert read_summary(tmp_path / "run").variants[0].outputs_only is not differs
 
 
+def test_an_on_mismatch_stage_starts_before_the_stages_run_again(tmp_path):
+    """Localising, the on_mismatch stage (a captured program's xla stage, recording every
+    operation: the longest) takes the first free slot; the stages run again follow."""
+    folder = DATA / "localising"
+    variants = load_variants(["localise"], sets={"differs": True}, cases=[folder],
+                             templates=[folder])  # fmt: skip
+    options = Options(jobs=1, timeout=TIMEOUT, templates=(folder,))
+    summary = run(variants, run_dir=tmp_path / "run", options=options, argv=["test"])
+    stages = tmp_path / "run" / summary.variants[0].label / "stages"
+    ended = {
+        name: (stages / name / "result.json").stat().st_mtime_ns for name in ("first", "localise")
+    }
+    assert ended["localise"] < ended["first"]  # first's second run: after localise
+
+
 def test_a_stage_run_again_is_cached_apart_from_its_first_run(tmp_path):
     """The results cache keys an again_on_mismatch stage's second run (--localise) apart from
     its first: a re-run of a mismatch reuses both, and the record is the localising one."""
