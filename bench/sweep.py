@@ -7,7 +7,7 @@ off so that every stage runs) and prints, side by side, the total wall time of e
 per-model median and worst (capture + both dtypes' variants), then the outcome of every
 architecture in each dtype, or its refusal in one line, from the last run's sweep.json.
 
-    python bench/sweep.py [-o DIR] [--settings n1,n2,n2cold] [--only NAME,NAME] [--list]
+    python bench/sweep.py [-o DIR] [--settings n1,n2,n2cold,n2all] [--only NAME,NAME] [--list]
 
 On two shared cores the whole sweep takes long (tens of minutes per setting): ``--only``
 runs a subset, ``--settings n2`` one setting.
@@ -53,7 +53,10 @@ MODELS: list[tuple[str, dict, list[int] | None]] = [
     ("hf:vit", {}, None),
     ("hf:deberta-v2", {}, None),  # a float32-min mask fill: bfloat16 once ended in a false error
 ]
-SETTINGS = {"n1": ("1", False), "n2": ("2", False), "n2cold": ("2", True)}
+# -n, cold, and the run's --set: n2all records every operation always (nodes=all), as the
+# default did before outputs first (docs/capture.md): its wall time against n2's is the saving
+SETTINGS = {"n1": ("1", False, []), "n2": ("2", False, []), "n2cold": ("2", True, []),
+            "n2all": ("2", False, ["--set", "nodes=all"])}  # fmt: skip
 
 
 def model_list(path: Path, only: set[str]) -> Path:
@@ -71,11 +74,11 @@ def model_list(path: Path, only: set[str]) -> Path:
     return path
 
 
-def sweep(listed: Path, out: Path, jobs: str, cold: bool) -> float:
+def sweep(listed: Path, out: Path, jobs: str, cold: bool, sets: list[str]) -> float:
     """``reprokit sweep`` in float32 and bfloat16 into ``out``; its wall seconds."""
     cmd = [sys.executable, "-m", "reprokit", "sweep", str(listed), "--dtypes",
            "float32,bfloat16", "-n", jobs, "-o", str(out), "--no-cache"]  # fmt: skip
-    cmd += ["--cold"] if cold else []
+    cmd += (["--cold"] if cold else []) + sets
     start = time.perf_counter()
     with (out.parent / f"{out.name}.log").open("w") as log:
         subprocess.run(cmd, check=False, stdout=log, stderr=subprocess.STDOUT)
@@ -126,8 +129,7 @@ def main() -> None:
     listed = model_list(root / "models.toml", set(filter(None, args.only.split(","))))
     walls, seconds = {}, {}
     for setting in args.settings.split(","):
-        jobs, cold = SETTINGS[setting]
-        walls[setting] = sweep(listed, root / setting, jobs, cold)
+        walls[setting] = sweep(listed, root / setting, *SETTINGS[setting])
         seconds[setting] = per_model(root / setting)
         print(f"{setting}: {walls[setting]:.0f} s", flush=True)
     print(f"\n{'setting':<8} {'wall s':>8} {'median/model s':>15} {'worst s':>8}  worst model")
@@ -138,6 +140,10 @@ def main() -> None:
               f"{found[worst]:>8.1f}  {worst}")  # fmt: skip
     if "n2" in walls and "n2cold" in walls:
         print(f"warm/cold at -n 2: {walls['n2'] / walls['n2cold']:.2f}")
+    if "n2" in walls and "n2all" in walls:
+        print(
+            f"outputs first / every operation recorded, at -n 2: {walls['n2'] / walls['n2all']:.2f}"
+        )
     if "n1" in walls and "n2" in walls:
         print(f"-n 2 / -n 1 (warm): {walls['n2'] / walls['n1']:.2f}")
     last = root / list(walls)[-1]

@@ -181,8 +181,8 @@ def expected(variants: list[VariantResult]) -> tuple[Text, ...]:
             where = f"; observed: {plain(v.observed)}" if v.observed else ""
             line += f" (the case's {v.expected_from or '[expect]'}{where})"
         if v.outputs_only:
-            line += (" It was judged on its outputs, which matched: no operation was recorded on"
-                     " XLA (`--set nodes=all` records every one).")  # fmt: skip
+            line += (" It was judged on its outputs, which matched: no operation inside was"
+                     " recorded (`--set nodes=all` records every one).")  # fmt: skip
         lines.append(line)
     return tuple(lines)
 

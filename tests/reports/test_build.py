@@ -79,6 +79,15 @@ def test_a_run_where_all_is_well_has_no_bug_and_no_evidence(tmp_path):
                                "stage within rtol=0, atol=0.",)  # fmt: skip
 
 
+def test_a_match_judged_on_its_outputs_says_so_and_how_to_record_every_operation(tmp_path):
+    judged = passing(outputs_only=True)
+    (said,) = build_report(RunSummary(started="now", variants=(judged,)), tmp_path).expected
+    assert said.endswith(" It was judged on its outputs, which matched: no operation inside was "
+                         "recorded (`--set nodes=all` records every one).")  # fmt: skip
+    (said,) = build_report(RunSummary(started="now", variants=(passing(),)), tmp_path).expected
+    assert "judged on its outputs" not in said
+
+
 def test_the_comparison_window_starts_two_before_the_first_to_differ(tmp_path):
     summary = RunSummary(started="now", variants=(mismatch(first=3, tensors=6),))
     (shown,) = build_report(summary, tmp_path).evidence
