@@ -270,6 +270,8 @@ def code_of(sample: Any, witness: Path) -> dict[str, Any]:
         kwargs = samples.source(dict(sample.kwargs), saved)
     except samples.Unwritable as why:
         return {"unwritable": str(why)}
+    except Exception as exc:  # a sparse tensor's tolist(): no source, and no death
+        return {"unwritable": f"{type(exc).__name__} writing the sample as source"}
     from torch.utils._pytree import tree_leaves
 
     leaves = tree_leaves((sample.input, tuple(sample.args)))
