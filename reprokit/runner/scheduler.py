@@ -217,8 +217,8 @@ class _State:
 
     @property
     def to_judge_first(self) -> bool:
-        """Every stage but the on_mismatch ones has a result, and those wait for the verdict
-        of the others."""
+        """Every stage but the on_mismatch ones has a result, and some wait for the verdict
+        of the others: on_mismatch ones to run, again_on_mismatch ones to run again."""
         waiting = [s for s in self.stages if s.name not in self.results]
         return (self.phase is Phase.RUNNING and self.localise is None and self.judges_first
                 and not self.running and all(s.on_mismatch for s in waiting))  # fmt: skip
