@@ -316,11 +316,8 @@ def test_a_script_rendered_then_listed_is_parsed_once(tmp_path):
 
 
 # The run folder's layout is spelled in one module (reprokit/records/folder.py, as pytest's
-# cacheprovider.py owns .pytest_cache): no other joins "stages" or names "repro.py". The ops
-# feature's tools/ops/groups.py writes a short repro's "repro.py" into a findings folder; it is
-# being changed by its own engineer and will take records.folder.SCRIPT with it.
+# cacheprovider.py owns .pytest_cache): no other joins "stages" or names "repro.py".
 FOLDER_OWNER = "records/folder.py"
-FOLDER_SPELLING_LEFT = {"tools/ops/groups.py"}
 
 
 def folder_spellings(source: str) -> list[int]:
@@ -349,7 +346,7 @@ def test_the_run_folder_is_spelled_in_one_module():
         if (lines := folder_spellings(path.read_text("utf-8")))
     }
     assert FOLDER_OWNER in spelled  # the check still sees the spelling where it lives
-    assert set(spelled) - {FOLDER_OWNER} <= FOLDER_SPELLING_LEFT, spelled
+    assert set(spelled) <= {FOLDER_OWNER}, spelled
 
 
 def test_the_folder_check_finds_a_hand_spelled_path():

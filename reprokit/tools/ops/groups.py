@@ -18,6 +18,7 @@ from typing import Any
 import reprokit.tools.ops.repro as repro
 from reprokit.infra.caching import Store, file_digest
 from reprokit.records import Status
+from reprokit.records.folder import SCRIPT
 from reprokit.records.ops import Group
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
@@ -259,7 +260,7 @@ def _alone(
     kept = {k: os.environ[k] for k in ("PATH", "HOME", "TMPDIR") if k in os.environ}
     env = stage_env("xla", options.xla_device, base=kept)
     logs = [folder / "stdout.log", folder / "stderr.log"]
-    how = Launch([options.python, "repro.py"], "alone", "xla", env, where, logs, ALONE_TIMEOUT)
+    how = Launch([options.python, SCRIPT], "alone", "xla", env, where, logs, ALONE_TIMEOUT)
     ended, _ = executor.start(how, threading.Event())
     out, err = (_read(log) for log in logs)
     timed_out = ended.status is Status.TIMEOUT
@@ -279,7 +280,7 @@ def _pt(out_dir: Path, group: Group) -> Path:
 
 def _copy(files: list[Path], where: Path) -> None:
     """The repro as repro.py (alone runs that name), its .pt under its own name beside it."""
-    shutil.copyfile(files[0], where / "repro.py")
+    shutil.copyfile(files[0], where / SCRIPT)
     for extra in files[1:]:
         shutil.copyfile(extra, where / extra.name)
 
