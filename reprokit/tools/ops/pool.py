@@ -1,6 +1,6 @@
 """The sweep's workers: a few long-lived processes (``worker.py``), each forked from the warm
-server that imported torch and torch_xla (runner/warm.py, as a stage is) and driven like a
-stage (runner/procs.py: its own group, capped logs, TERM then KILL on a stop). Each gets a
+server that imported torch and torch_xla (runner/processes/warm.py, as a stage is) and driven like a
+stage (runner/processes/procs.py: its own group, capped logs, TERM then KILL on a stop). Each gets a
 batch of tasks (an op in a dtype, forward or backward, OpInfo's or the edge samples) and
 answers one JSON line per sample. A worker that dies (a segfault, SIGFPE, SIGALRM after a
 sample's timeout) names the sample it was on: that sample is recorded as a crash (or a hang),

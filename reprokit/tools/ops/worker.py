@@ -1,6 +1,6 @@
 """The sweep's worker: ``python worker.py JOB.json OUT.jsonl``, one long-lived process that
 judges many samples (forked from a warm server that imported torch and torch_xla already:
-runner/warm.py). JOB.json says what to do:
+runner/processes/warm.py). JOB.json says what to do:
 
 - ``{"list": {...}}``: the OpInfos asked for, their dtypes and how a repro calls them;
 - ``{"feed": FOLDER, ...}`` (or ``{"tasks": [...], ...}``): each task's samples judged (op,
