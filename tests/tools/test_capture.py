@@ -95,6 +95,18 @@ def test_captured_model_runs_and_every_node_agrees(captured, tmp_path, model):
     assert lint.returncode == 0, lint.stdout
 
 
+def test_run_alone_a_default_script_records_every_operation_but_in_xla_faithful(captured, tmp_path):
+    """`python repro.py` passes --localise to every stage (nodes = auto): the CPU stages and the
+    xla stage record every operation, xla_faithful stays the program as captured."""
+    script = render_case(captured["cnn"], tmp_path / "run", dtype="float32")
+    done = run_script(script)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    work = tmp_path / "run" / "repro_work"
+    saved = {stage: list(torch.load(work / stage / "tensors.pt")) for stage in ("cpu", "xla")}
+    assert saved["cpu"] == saved["xla"] and saved["cpu"][0].startswith("node.")
+    assert list(torch.load(work / "xla_faithful" / "tensors.pt")) == ["output.0"]
+
+
 def test_perturbed_node_is_the_first_to_differ(captured, tmp_path):
     plain = import_script(render_case(captured["transformer"], tmp_path / "plain"))
     _, _, names = plain.prepare(torch.device("cpu"), None, every=True)
