@@ -86,7 +86,7 @@ class VariantFolder:
         return self.path / STAGES
 
     def stage(self, name: str) -> StageFolder:
-        return StageFolder(self.path / STAGES / name, name)
+        return StageFolder(self.stages / name, name)
 
     def stage_names(self) -> list[str]:
         """The stages that have a folder here, sorted."""

@@ -9,6 +9,7 @@ forward or backward, OpInfo's or the edge samples), the groups and the report.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import shutil
 import threading
@@ -265,7 +266,8 @@ def _finish(
     for old in out_dir.glob("repro_*"):
         old.unlink()
     found = grouping.write_repros(found, codes, calls, out_dir, witness)
-    sweep = _sweep(asked, listing, records, tasks, cached, found, interrupted=interrupted)
+    summed = functools.partial(_sweep, asked, listing, records, tasks, cached)
+    sweep = summed(found, interrupted=interrupted)
     write_ops(out_dir, sweep)  # kept should the runs alone below be interrupted
     write_report(out_dir, sweep)
     if interrupted:
@@ -276,7 +278,7 @@ def _finish(
     judged = time.monotonic()
     found = grouping.check_alone(found, out_dir, asked.options, asked.versions)
     alone = round(time.monotonic() - judged, 1)
-    sweep = _sweep(asked, listing, records, tasks, cached, found, interrupted=False)
+    sweep = summed(found, interrupted=False)
     sweep = replace(sweep, timings=sweep.timings | {"alone": alone})
     write_ops(out_dir, sweep)
     write_report(out_dir, sweep)
