@@ -50,6 +50,7 @@ from reprokit.runner.plan import plan
 from reprokit.runner.prepare import Prepared, in_stage_env, prepare
 from reprokit.runner.processes import signals
 from reprokit.runner.processes.executors import make_executor
+from reprokit.runner.processes.procs import lowered_priority
 from reprokit.runner.processes.result_cache import CachingExecutor
 from reprokit.runner.processes.stage import Executor, StageJob, StagesUnlisted, capabilities_of
 from reprokit.runner.summary import SummaryWriter
@@ -494,16 +495,21 @@ class _Scheduler:
             if state.compares and result.reused is None:  # it ran: new tensors to compare
                 self._prewarm_compare()
 
-        job, stop = state.job(stage), state.early.get(stage.name, self.stop)
-        return self._submit(lambda: self._run_stage(job, stop), then)
+        job, early = state.job(stage), state.early.get(stage.name)
+        return self._submit(lambda: self._run_stage(job, early), then)
 
-    def _run_stage(self, job: StageJob, stop: threading.Event) -> StageResult:
-        """The stage run by the executor, in its own environment where it names one."""
+    def _run_stage(self, job: StageJob, early: threading.Event | None = None) -> StageResult:
+        """The stage run by the executor, in its own environment where it names one; started
+        early, with its own stop and at the lowest priority, so that it takes only a core
+        the stages whose verdict it waits for leave idle (XLA's threads would take both)."""
         try:
             job = in_stage_env(job)
         except ReprokitError as exc:  # uv could not make it: the stage failed, the run goes on
             return StageResult(job.stage.name, job.stage.backend, Status.ERROR, reason=str(exc))
-        return self.executor.run_stage(job, stop)
+        if early is None:
+            return self.executor.run_stage(job, self.stop)
+        with lowered_priority():
+            return self.executor.run_stage(job, early)
 
     @staticmethod
     def _drop(state: _State, name: str) -> None:

@@ -516,8 +516,8 @@ def test_an_on_mismatch_stage_starts_before_the_stages_run_again(tmp_path):
 @pytest.mark.parametrize("differs", [False, True])
 def test_a_slot_that_would_idle_starts_the_on_mismatch_stage_early(tmp_path, differs):
     """With two slots and one variant, the on_mismatch stage (a captured program's xla stage)
-    starts while the slow stage it waits on runs, in the slot that would idle: a mismatch
-    has it under way; a match stops it and leaves no trace of it."""
+    starts while the slow stage it waits on runs, in the slot that would idle and at the
+    lowest priority: a mismatch has it under way; a match stops it and leaves no trace of it."""
     folder, trace = DATA / "localising", tmp_path / "trace.txt"
     sets = {"differs": differs, "second_seconds": 4, "localise_seconds": 0 if differs else 600,
             "trace": str(trace)}  # fmt: skip
@@ -527,6 +527,8 @@ def test_a_slot_that_would_idle_starts_the_on_mismatch_stage_early(tmp_path, dif
     (variant,) = summary.variants
     said = trace.read_text().splitlines()
     assert said.index("localise start") < said.index("second slept")  # early, beside second
+    assert "localise niceness 19" in said  # in an idle core only
+    assert f"second niceness {os.nice(0)}" in said  # the others as this process
     stages = tmp_path / "run" / variant.label / "stages"
     if differs:
         assert variant.outcome is Outcome.MISMATCH

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -134,6 +135,21 @@ class Child(Protocol):
         its pipes are closed), or None."""
 
 
+_PRIORITY = threading.local()  # niceness of the children this thread starts (lowered_priority)
+
+
+@contextlib.contextmanager
+def lowered_priority(niceness: int = 19) -> Iterator[None]:
+    """The children this thread starts meanwhile run at ``niceness``: work that is to take only
+    a core nothing else wants (a stage started early, on speculation). It is the child's main
+    thread that is lowered, at once, so the threads it starts later (XLA's) are lowered too."""
+    _PRIORITY.niceness = niceness
+    try:
+        yield
+    finally:
+        _PRIORITY.niceness = 0
+
+
 def supervise(
     child: Child,
     pipes: tuple[IO[bytes], IO[bytes]],
@@ -148,6 +164,9 @@ def supervise(
     """Drive a started ``child`` to its end: its output into capped logs, its timeout, a stop;
     then its whole group killed, and the ending classified."""
     WATCHDOG.watch(child.pid)
+    if niceness := getattr(_PRIORITY, "niceness", 0):
+        with contextlib.suppress(OSError):  # gone already: nothing to lower
+            os.setpriority(os.PRIO_PROCESS, child.pid, niceness)
     logs = {stdout.name: _CappedLog(stdout, log_cap), stderr.name: _CappedLog(stderr, log_cap)}
     reader = _Pipes({pipes[0]: logs[stdout.name], pipes[1]: logs[stderr.name]})
     why: Status | None = None
