@@ -50,7 +50,7 @@ from reprokit.runner.plan import plan
 from reprokit.runner.prepare import Prepared, in_stage_env, prepare
 from reprokit.runner.processes import signals
 from reprokit.runner.processes.executors import make_executor
-from reprokit.runner.processes.procs import lowered_priority
+from reprokit.runner.processes.procs import Abandon, lowered_priority
 from reprokit.runner.processes.result_cache import CachingExecutor
 from reprokit.runner.processes.stage import Executor, StageJob, StagesUnlisted, capabilities_of
 from reprokit.runner.summary import SummaryWriter
@@ -184,8 +184,9 @@ class _State:
     matched: VariantResult | None = None  # the match the others were judged, left out of those
     again: set[str] = field(default_factory=set)  # again_on_mismatch stages run a second time
     # on_mismatch stages started before the verdict, in a slot that would have idled, each
-    # with its own stop: a match stops them and leaves no trace of them
-    early: dict[str, threading.Event] = field(default_factory=dict)
+    # with its own stop: a match kills them (the verdict, which reads none of their files, is
+    # not kept waiting) and leaves no trace of them
+    early: dict[str, Abandon] = field(default_factory=dict)
     dropped: set[str] = field(default_factory=set)  # early stages a match stopped
 
     @property
@@ -200,7 +201,6 @@ class _State:
     def ended(self) -> bool:
         """Every stage has a result (ran, or was skipped), and none waits to run again."""
         return (self.phase is Phase.RUNNING and len(self.results) == len(self.stages)
-                and not self.running  # an early stage a match stopped: gone first
                 and (self.localise is not None or not self.judges_first))  # fmt: skip
 
     @property
@@ -404,7 +404,7 @@ class _Scheduler:
         for state in self.active:
             stage = state.early_start()
             if stage is not None and self._device(stage) not in self.busy:
-                state.early[stage.name] = threading.Event()
+                state.early[stage.name] = Abandon()
                 return self._start_stage(state, stage)
         return False
 
@@ -498,7 +498,7 @@ class _Scheduler:
         job, early = state.job(stage), state.early.get(stage.name)
         return self._submit(lambda: self._run_stage(job, early), then)
 
-    def _run_stage(self, job: StageJob, early: threading.Event | None = None) -> StageResult:
+    def _run_stage(self, job: StageJob, early: Abandon | None = None) -> StageResult:
         """The stage run by the executor, in its own environment where it names one; started
         early, with its own stop and at the lowest priority, so that it takes only a core
         the stages whose verdict it waits for leave idle (XLA's threads would take both)."""

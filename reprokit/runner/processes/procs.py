@@ -150,6 +150,11 @@ def lowered_priority(niceness: int = 19) -> Iterator[None]:
         _PRIORITY.niceness = 0
 
 
+class Abandon(threading.Event):
+    """A stop for a child whose work is to be thrown away: killed at once, not asked to end
+    (a Python stage in XLA's compiler hears SIGTERM only once back in Python: seconds)."""
+
+
 def supervise(
     child: Child,
     pipes: tuple[IO[bytes], IO[bytes]],
@@ -173,7 +178,7 @@ def supervise(
     try:
         pause("stage-started")
         why = _wait(child, reader, start, timeout, stop)
-        if why is not None:  # ask politely, then insist
+        if why is not None and not isinstance(stop, Abandon):  # ask politely, then insist
             _signal_group(child.pid, signal.SIGTERM)
             _wait(child, reader, time.monotonic(), grace, None)
     finally:
