@@ -22,7 +22,6 @@ import contextlib
 import enum
 import functools
 import os
-import shutil
 import threading
 import time
 import warnings
@@ -42,7 +41,6 @@ from reprokit.infra.pause import pause
 from reprokit.infra.redact import redact_text
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Outcome, RunSummary, Stage, StageResult, Status, VariantResult
-from reprokit.records.folder import VariantFolder
 from reprokit.runner import backends
 from reprokit.runner.dag import blocked
 from reprokit.runner.options import Options
@@ -50,7 +48,6 @@ from reprokit.runner.plan import plan
 from reprokit.runner.prepare import Prepared, in_stage_env, prepare
 from reprokit.runner.processes import signals
 from reprokit.runner.processes.executors import make_executor
-from reprokit.runner.processes.procs import Abandon, lowered_priority
 from reprokit.runner.processes.result_cache import CachingExecutor
 from reprokit.runner.processes.stage import Executor, StageJob, StagesUnlisted, capabilities_of
 from reprokit.runner.summary import SummaryWriter
@@ -180,14 +177,8 @@ class _State:
     # its on_mismatch stages: None while the others are not yet judged, then whether they run
     # (False: the others match, and those stages are left out of the variant)
     localise: bool | None = None
-    judging_first: bool = False  # that verdict is being computed
     matched: VariantResult | None = None  # the match the others were judged, left out of those
     again: set[str] = field(default_factory=set)  # again_on_mismatch stages run a second time
-    # on_mismatch stages started before the verdict, in a slot that would have idled, each
-    # with its own stop: a match kills them (the verdict, which reads none of their files, is
-    # not kept waiting) and leaves no trace of them
-    early: dict[str, Abandon] = field(default_factory=dict)
-    dropped: set[str] = field(default_factory=set)  # early stages a match stopped
 
     @property
     def variant(self) -> Variant:
@@ -230,19 +221,7 @@ class _State:
         of the others: on_mismatch ones to run, again_on_mismatch ones to run again."""
         waiting = [s for s in self.stages if s.name not in self.results]
         return (self.phase is Phase.RUNNING and self.localise is None and self.judges_first
-                and not self.judging_first
-                and self.running <= self.early.keys()
-                and all(s.on_mismatch for s in waiting))  # fmt: skip
-
-    def early_start(self) -> Stage | None:
-        """An on_mismatch stage that may start before the verdict (none once judged)."""
-        if self.phase is not Phase.RUNNING or self.localise is not None or self.judging_first:
-            return None
-        done = self.results
-        return next((s for s in self.stages if s.on_mismatch and s.name not in self.running
-                     and s.name not in done
-                     and all(n in done and done[n].status is Status.OK for n in s.needs)),
-                    None)  # fmt: skip
+                and not self.running and all(s.on_mismatch for s in waiting))  # fmt: skip
 
     def judged_first(self, options: Options, offload: Offload) -> VariantResult:
         """The stages that ran, judged alone: short of a match, an on_mismatch stage then
@@ -339,9 +318,6 @@ class _Scheduler:
         keep what finished: a verdict that came meanwhile, and the verdict of every variant
         whose stages had all ended by themselves before the stop."""
         self.stop.set()
-        for state in self.active:  # early stages listen to their own stop
-            for stop in state.early.values():
-                stop.set()
         with signals.ignored():
             cf.wait(self.inflight)
             for future, then in list(self.inflight.items()):
@@ -358,8 +334,7 @@ class _Scheduler:
 
     def _submit_next(self) -> bool:
         """Start one piece of work: a verdict, else a ready stage, else a variant's listing,
-        else a stage that would wait for a warm server another stage is starting, else an
-        on_mismatch stage before its verdict (``_start_early``).
+        else a stage that would wait for a warm server another stage is starting.
 
         Older variants go first, so that variants finish steadily rather than all at the end.
         """
@@ -373,7 +348,7 @@ class _Scheduler:
                 )
         for state in self.active:
             if state.to_judge_first:
-                state.judging_first = True
+                state.localise = False  # not None: submitted once
                 return self._submit(
                     functools.partial(state.judged_first, self.options, self.offload),
                     lambda f, s=state: self._localised(s, f.result()),
@@ -387,26 +362,11 @@ class _Scheduler:
                     return self._start_stage(state, stage)
                 deferred = deferred or (state, stage)
         if not self.pending:
-            if deferred is not None:
-                return self._start_stage(*deferred)
-            return self._start_early()
+            return deferred is not None and self._start_stage(*deferred)
         state = self.pending.pop(0)
         state.phase, state.start = Phase.LISTING, time.monotonic()
         self.active.append(state)
         return self._submit(lambda: self._list(state), lambda f: self._listed(state, f))
-
-    def _start_early(self) -> bool:
-        """With nothing else to run, a slot that would idle starts an on_mismatch stage (the
-        xla stage recording every operation) beside the stages whose verdict it waits for: a
-        mismatch then has it under way, not only begun after them; a match stops it and
-        drops what it wrote. Never where other work is ready, so a run of many variants is
-        not slowed, and never on a device another stage holds."""
-        for state in self.active:
-            stage = state.early_start()
-            if stage is not None and self._device(stage) not in self.busy:
-                state.early[stage.name] = Abandon()
-                return self._start_stage(state, stage)
-        return False
 
     def _waits(self, state: _State, stage: Stage) -> bool:
         """Whether the stage would spend its slot waiting for the executor (a warm server
@@ -458,15 +418,10 @@ class _Scheduler:
     def _localised(self, state: _State, found: VariantResult) -> None:
         """The others judged: an on_mismatch stage runs where they do not match, and is left
         out of the variant where they do (their verdict is the variant's)."""
-        state.judging_first, state.localise = False, found.outcome is not Outcome.MATCH
+        state.localise = found.outcome is not Outcome.MATCH
         if not state.localise:
             state.stages = [s for s in state.stages if not s.on_mismatch]
             state.matched = found
-            for name, stop in state.early.items():  # started early: stopped, and forgotten
-                stop.set()
-                state.dropped.add(name)
-                if name not in state.running:  # it had ended already
-                    self._drop(state, name)
             return
         for stage in state.stages:  # those that ran well run again, localising: ready once more
             if stage.again_on_mismatch and state.results[stage.name].status is Status.OK:
@@ -485,37 +440,23 @@ class _Scheduler:
             result = future.result()
             state.running.discard(stage.name)
             self.busy.discard(device or "")
-            for reporter in self.reporters:
-                reporter.stage_finished(state.variant.label, result)
-            if stage.name in state.dropped:
-                self._drop(state, stage.name)
-                return
             state.results[stage.name] = result
             state.results.update(blocked(state.stages, state.results))
             if state.compares and result.reused is None:  # it ran: new tensors to compare
                 self._prewarm_compare()
+            for reporter in self.reporters:
+                reporter.stage_finished(state.variant.label, result)
 
-        job, early = state.job(stage), state.early.get(stage.name)
-        return self._submit(lambda: self._run_stage(job, early), then)
+        job = state.job(stage)
+        return self._submit(lambda: self._run_stage(job), then)
 
-    def _run_stage(self, job: StageJob, early: Abandon | None = None) -> StageResult:
-        """The stage run by the executor, in its own environment where it names one; started
-        early, with its own stop and at the lowest priority, so that it takes only a core
-        the stages whose verdict it waits for leave idle (XLA's threads would take both)."""
+    def _run_stage(self, job: StageJob) -> StageResult:
+        """The stage run by the executor, in its own environment where it names one."""
         try:
             job = in_stage_env(job)
         except ReprokitError as exc:  # uv could not make it: the stage failed, the run goes on
             return StageResult(job.stage.name, job.stage.backend, Status.ERROR, reason=str(exc))
-        if early is None:
-            return self.executor.run_stage(job, self.stop)
-        with lowered_priority():
-            return self.executor.run_stage(job, early)
-
-    @staticmethod
-    def _drop(state: _State, name: str) -> None:
-        """An early stage a match stopped: its result and folder gone, as if never run."""
-        state.results.pop(name, None)
-        shutil.rmtree(VariantFolder(state.folder).stage(name).path, ignore_errors=True)
+        return self.executor.run_stage(job, self.stop)
 
     def _prewarm_compare(self) -> None:
         """torch for the comparisons, unless they are done elsewhere (a warm server's fork)."""

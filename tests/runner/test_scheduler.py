@@ -513,34 +513,6 @@ def test_an_on_mismatch_stage_starts_before_the_stages_run_again(tmp_path):
     assert ended["localise"] < ended["first"]  # first's second run: after localise
 
 
-@pytest.mark.parametrize("differs", [False, True])
-def test_a_slot_that_would_idle_starts_the_on_mismatch_stage_early(tmp_path, differs):
-    """With two slots and one variant, the on_mismatch stage (a captured program's xla stage)
-    starts while the slow stage it waits on runs, in the slot that would idle and at the
-    lowest priority: a mismatch has it under way; a match stops it and leaves no trace of it."""
-    folder, trace = DATA / "localising", tmp_path / "trace.txt"
-    sets = {"differs": differs, "second_seconds": 4, "localise_seconds": 0 if differs else 600,
-            "trace": str(trace)}  # fmt: skip
-    variants = load_variants(["localise"], sets=sets, cases=[folder], templates=[folder])
-    options = Options(jobs=2, timeout=TIMEOUT, templates=(folder,))
-    summary = run(variants, run_dir=tmp_path / "run", options=options, argv=["test"])
-    (variant,) = summary.variants
-    said = trace.read_text().splitlines()
-    assert said.index("localise start") < said.index("second slept")  # early, beside second
-    assert "localise niceness 19" in said  # in an idle core only
-    assert f"second niceness {os.nice(0)}" in said  # the others as this process
-    stages = tmp_path / "run" / variant.label / "stages"
-    if differs:
-        assert variant.outcome is Outcome.MISMATCH
-        assert [stage.name for stage in variant.stages] == ["first", "second", "localise"]
-        assert said.count("localise start") == 1  # not run again after the verdict
-    else:  # stopped: it never woke from its 600 s, and nothing of it is left
-        assert variant.outcome is Outcome.MATCH and variant.outputs_only
-        assert [stage.name for stage in variant.stages] == ["first", "second"]
-        assert "localise slept" not in said
-        assert not (stages / "localise").exists()
-
-
 def test_a_stage_run_again_is_cached_apart_from_its_first_run(tmp_path):
     """The results cache keys an again_on_mismatch stage's second run (--localise) apart from
     its first: a re-run of a mismatch reuses both, and the record is the localising one."""

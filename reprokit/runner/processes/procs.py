@@ -19,7 +19,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -135,26 +134,6 @@ class Child(Protocol):
         its pipes are closed), or None."""
 
 
-_PRIORITY = threading.local()  # niceness of the children this thread starts (lowered_priority)
-
-
-@contextlib.contextmanager
-def lowered_priority(niceness: int = 19) -> Iterator[None]:
-    """The children this thread starts meanwhile run at ``niceness``: work that is to take only
-    a core nothing else wants (a stage started early, on speculation). It is the child's main
-    thread that is lowered, at once, so the threads it starts later (XLA's) are lowered too."""
-    _PRIORITY.niceness = niceness
-    try:
-        yield
-    finally:
-        _PRIORITY.niceness = 0
-
-
-class Abandon(threading.Event):
-    """A stop for a child whose work is to be thrown away: killed at once, not asked to end
-    (a Python stage in XLA's compiler hears SIGTERM only once back in Python: seconds)."""
-
-
 def supervise(
     child: Child,
     pipes: tuple[IO[bytes], IO[bytes]],
@@ -169,16 +148,13 @@ def supervise(
     """Drive a started ``child`` to its end: its output into capped logs, its timeout, a stop;
     then its whole group killed, and the ending classified."""
     WATCHDOG.watch(child.pid)
-    if niceness := getattr(_PRIORITY, "niceness", 0):
-        with contextlib.suppress(OSError):  # gone already: nothing to lower
-            os.setpriority(os.PRIO_PROCESS, child.pid, niceness)
     logs = {stdout.name: _CappedLog(stdout, log_cap), stderr.name: _CappedLog(stderr, log_cap)}
     reader = _Pipes({pipes[0]: logs[stdout.name], pipes[1]: logs[stderr.name]})
     why: Status | None = None
     try:
         pause("stage-started")
         why = _wait(child, reader, start, timeout, stop)
-        if why is not None and not isinstance(stop, Abandon):  # ask politely, then insist
+        if why is not None:  # ask politely, then insist
             _signal_group(child.pid, signal.SIGTERM)
             _wait(child, reader, time.monotonic(), grace, None)
     finally:
