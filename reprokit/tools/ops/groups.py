@@ -40,62 +40,84 @@ DTYPE_ORDER = (
     "bool",
 )
 ALONE_TIMEOUT = 180.0  # seconds a repro may take alone (a hang's is killed at that)
-# The reports of docs/examples that OpInfo groups can be: op -> (report, grad or None: either)
-KNOWN = {
-    "nn.functional.softplus": ("fp16_softplus_overflow.md", None),
-    "mean": ("fp16_mean_count.md", None),
-    "nn.functional.adaptive_avg_pool2d": ("fp16_mean_count.md", False),
-    "cumsum": ("cumsum_bool_int32.md", False),
-    "clamp": ("clamp_omitted_bound.md", False),
-    "linalg.vector_norm": ("fp16_vector_norm_overflow.md", None),
-    "nn.functional.normalize": ("fp16_vector_norm_overflow.md", None),
-    "addcmul": ("fp16_addcmul_adam.md", False),
-    "baddbmm": ("fp16_addcmul_adam.md", False),
-    "nn.functional.elu": ("elu_backward.md", True),
-    "nn.functional.celu": ("elu_backward.md", True),
-    "nn.functional.selu": ("elu_backward.md", True),
-    "nn.functional.gelu": ("fp16_gelu_tanh_backward.md", True),
-    "nn.functional.layer_norm": ("fp16_layer_norm_3658.md", False),
-    "std": ("fp16_mean_count.md", None),
-    "var": ("fp16_mean_count.md", None),
-    "std_mean": ("fp16_mean_count.md", None),
-    "var_mean": ("fp16_mean_count.md", None),
-    "nn.functional.hardtanh": ("clip_grad_boundaries.md", True),
-    "nn.functional.relu6": ("clip_grad_boundaries.md", True),
-    "roll": ("roll_empty_sigfpe.md", None),  # a gradient sample crashes in its forward
-    "nn.functional.nll_loss": ("nll_loss_0d_target_segfault.md", None),
+# The reports of docs/examples that OpInfo groups can be: op, or "op (variant)" before it, ->
+# ((report, grad or None: either, the kinds of its groups or None: any), ...), the first that
+# fits; a report whose name starts with fp16 is of half types' values (value, nan-inf) only
+_HALF = ("value", "nan-inf")
+_ZERO_SIZE_DIM = ("cumsum_cumprod_zero_size_dim.md", False, ("error",))
+_DIAGONAL = ("diagonal_default_dims.md", False, ("value",))
+_NORM_OVERFLOW = ("fp16_vector_norm_overflow.md", None, ("nan-inf",))
+_SVDVALS = ("svdvals_batch_dims.md", False, ("value", "shape", "error"))
+_AMAX = ("amax_amin_infinite_slice.md", False, ("nan-inf",))
+_ARGMAX = ("argmax_argmin_nan.md", False, ("value",))
+_SCALE_FACTOR = ("bilinear_upsample_8897.md", False, ("value",))
+KNOWN: dict[str, tuple[tuple[str, bool | None, tuple[str, ...] | None], ...]] = {
+    "nn.functional.softplus": (("fp16_softplus_overflow.md", None, None),),
+    "mean": (("fp16_mean_count.md", None, None),),
+    "nn.functional.adaptive_avg_pool2d": (("fp16_mean_count.md", False, None),),
+    "cumsum": (("cumsum_bool_int32.md", False, ("dtype",)), _ZERO_SIZE_DIM),
+    "cumprod": (_ZERO_SIZE_DIM,),
+    "masked.cumsum": (_ZERO_SIZE_DIM,),
+    "masked.cumprod": (_ZERO_SIZE_DIM,),
+    "clamp": (("clamp_omitted_bound.md", False, ("value", "nan-inf")),),
+    "linalg.vector_norm": (("fp16_vector_norm_overflow.md", None, None),),
+    "nn.functional.normalize": (("fp16_vector_norm_overflow.md", None, None),),
+    "masked.normalize": (_NORM_OVERFLOW,),
+    "linalg.norm": (_NORM_OVERFLOW,),
+    "dist": (_NORM_OVERFLOW,),
+    "norm": (_NORM_OVERFLOW,),
+    "norm (inf)": (_NORM_OVERFLOW, ("norm_inf_is_one.md", False, ("value",))),
+    "norm (nuc)": (_SVDVALS,),
+    "addcmul": (("fp16_addcmul_adam.md", False, None),),
+    "baddbmm": (("fp16_addcmul_adam.md", False, None),),
+    "nn.functional.elu": (("elu_backward.md", True, None),),
+    "nn.functional.celu": (("elu_backward.md", True, None),),
+    "nn.functional.selu": (("elu_backward.md", True, None),),
+    "nn.functional.gelu": (("fp16_gelu_tanh_backward.md", True, None),),
+    "nn.functional.layer_norm": (("fp16_layer_norm_3658.md", False, None),),
+    "std": (("fp16_mean_count.md", None, None),),
+    "var": (("fp16_mean_count.md", None, None),),
+    "std_mean": (("fp16_mean_count.md", None, None),),
+    "var_mean": (("fp16_mean_count.md", None, None),),
+    "nn.functional.hardtanh": (("clip_grad_boundaries.md", True, None),),
+    "nn.functional.relu6": (("clip_grad_boundaries.md", True, None),),
+    "roll": (("roll_empty_sigfpe.md", None, ("crash",)),),  # a gradient sample: in its forward
+    "nn.functional.nll_loss": (("nll_loss_0d_target_segfault.md", None, ("crash",)),),
     # written from the sweep itself
-    "diagonal": ("diagonal_default_dims.md", False),
-    "diagonal_copy": ("diagonal_default_dims.md", False),
-    "diagonal_scatter": ("diagonal_default_dims.md", False),
-    "nn.functional.avg_pool2d": ("avg_pool_divisor_override.md", False),
-    "nn.functional.avg_pool3d": ("avg_pool_divisor_override.md", False),
-    "_chunk_cat": ("chunk_cat_nonzero_dim.md", False),
-    "nn.functional.logsigmoid": ("logsigmoid_neg_inf.md", False),
-    "nn.functional.pad": ("pad_negative_replicate_reflect.md", False),
-    "cdist": ("cdist_batch_broadcast.md", False),
-    "clamp_min": ("clamp_min_broadcast.md", False),
-    "clamp_max": ("clamp_min_broadcast.md", False),
-    "lerp": ("lerp_weight_one.md", False),
-    "__rmod__": ("remainder_inf_divisor.md", False),
-    "remainder": ("remainder_inf_divisor.md", False),
-    "nn.functional.silu": ("fp16_sigmoid_silu_exp_overflow.md", False),
-}
-# Kinds a report is of, where it is not every kind of its op's groups
-KINDS = {
-    "roll_empty_sigfpe.md": ("crash",),
-    "nll_loss_0d_target_segfault.md": ("crash",),
-    "cumsum_bool_int32.md": ("dtype",),
-    "clamp_omitted_bound.md": ("value", "nan-inf"),
-    "diagonal_default_dims.md": ("value",),
-    "avg_pool_divisor_override.md": ("value",),
-    "chunk_cat_nonzero_dim.md": ("value",),
-    "logsigmoid_neg_inf.md": ("nan-inf",),
-    "pad_negative_replicate_reflect.md": ("error",),
-    "cdist_batch_broadcast.md": ("error",),
-    "clamp_min_broadcast.md": ("error",),
-    "lerp_weight_one.md": ("value", "nan-inf"),
-    "remainder_inf_divisor.md": ("nan-inf",),
+    "diagonal": (_DIAGONAL,),
+    "diagonal_copy": (_DIAGONAL,),
+    "diagonal_scatter": (_DIAGONAL,),
+    "linalg.diagonal": (_DIAGONAL,),
+    "nn.functional.avg_pool2d": (("avg_pool_divisor_override.md", False, ("value",)),),
+    "nn.functional.avg_pool3d": (("avg_pool_divisor_override.md", False, ("value",)),),
+    "_chunk_cat": (("chunk_cat_nonzero_dim.md", False, ("value",)),),
+    "nn.functional.logsigmoid": (("logsigmoid_neg_inf.md", False, ("nan-inf",)),),
+    "nn.functional.pad": (("pad_negative_replicate_reflect.md", False, ("error",)),),
+    "cdist": (("cdist_batch_broadcast.md", False, ("error",)),),
+    "clamp_min": (("clamp_min_broadcast.md", False, ("error",)),),
+    "clamp_max": (("clamp_min_broadcast.md", False, ("error",)),),
+    "lerp": (("lerp_weight_one.md", False, ("value", "nan-inf")),),
+    "__rmod__": (("remainder_inf_divisor.md", False, ("nan-inf",)),),
+    "remainder": (("remainder_inf_divisor.md", False, ("nan-inf",)),),
+    "nn.functional.silu": (("fp16_sigmoid_silu_exp_overflow.md", False, None),),
+    "linalg.matrix_norm": (_SVDVALS,),
+    "linalg.matrix_rank": (_SVDVALS,),
+    "linalg.cond": (_SVDVALS,),
+    "linalg.pinv (singular)": (_SVDVALS,),  # its other errors: an empty matrix's SVD
+    "masked.amax": (_AMAX,),
+    "masked.amin": (_AMAX,),
+    "masked.norm": (_AMAX,),
+    "amax": (_AMAX,),
+    "amin": (_AMAX,),
+    "masked.argmax": (_ARGMAX,),
+    "masked.argmin": (_ARGMAX,),
+    "argmax": (_ARGMAX,),
+    "argmin": (_ARGMAX,),
+    "masked.logsumexp": (("logsumexp_neg_inf.md", False, ("nan-inf",)),),
+    "logsumexp": (("logsumexp_neg_inf.md", False, ("nan-inf",)),),
+    "nn.functional.interpolate (bilinear)": (_SCALE_FACTOR,),
+    "nn.functional.interpolate (nearest)": (_SCALE_FACTOR,),
+    "nn.functional.upsample_nearest": (_SCALE_FACTOR,),
 }
 SCALAR_DIM = ("expected to be in range of [0, -1]", "but tensor has no dimensions")
 EMPTY_DIM = ("sum", "mean", "nansum", "amax", "amin", "std", "var", "prod", "logsumexp")
@@ -163,15 +185,17 @@ def _known(group: Group, witness: dict[str, Any]) -> str:
         return "pytorch/xla#1958"  # a dim of a 0-d tensor: tracked upstream since 2020
     if group.op in EMPTY_DIM and (kwargs.get("dim") in ("[]", "()") or group.kind == "shape"):
         return "empty_dim_reductions.md"
-    found = KNOWN.get(group.op)
-    if found is None or (found[1] is not None and found[1] != group.grad):
-        return ""
-    if group.kind not in KINDS.get(found[0], (group.kind,)):
-        return ""
     half = {"float16", "bfloat16"} & set(group.dtypes)
-    if found[0].startswith("fp16") and not (half and group.kind in ("value", "nan-inf")):
-        return ""  # those reports are of half types' values
-    return found[0]
+    reports = KNOWN.get(f"{group.op} ({group.variant})") or KNOWN.get(group.op, ())
+    for report, grad, kinds in reports:
+        if grad is not None and grad != group.grad:
+            continue
+        if group.kind not in (kinds or (group.kind,)):
+            continue
+        if report.startswith("fp16") and not (half and group.kind in _HALF):
+            continue  # those reports are of half types' values
+        return report
+    return ""
 
 
 def write_repros(
