@@ -7,7 +7,12 @@ off so that every stage runs) and prints, side by side, the total wall time of e
 per-model median and worst (capture + both dtypes' variants), then the outcome of every
 architecture in each dtype, or its refusal in one line, from the last run's sweep.json.
 
-    python bench/sweep.py [-o DIR] [--settings n1,n2,n2cold,n2all] [--only NAME,NAME] [--list]
+    python bench/sweep.py [-o DIR] [--settings n1,n2,n2cold,n2all,before] [--only NAME,NAME]
+                          [--before CHECKOUT] [--list]
+
+``before`` is ``-n 2`` warm with another checkout's reprokit (``git worktree add /tmp/before
+COMMIT``; ``--before /tmp/before``, put first on PYTHONPATH): today's code against an older
+one, on the same machine in one run.
 
 On two shared cores the whole sweep takes long (tens of minutes per setting): ``--only``
 runs a subset, ``--settings n2`` one setting.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -56,7 +62,7 @@ MODELS: list[tuple[str, dict, list[int] | None]] = [
 # -n, cold, and the run's --set: n2all records every operation always (nodes=all), as the
 # default did before outputs first (docs/capture.md): its wall time against n2's is the saving
 SETTINGS = {"n1": ("1", False, []), "n2": ("2", False, []), "n2cold": ("2", True, []),
-            "n2all": ("2", False, ["--set", "nodes=all"])}  # fmt: skip
+            "n2all": ("2", False, ["--set", "nodes=all"]), "before": ("2", False, [])}  # fmt: skip
 
 
 def model_list(path: Path, only: set[str]) -> Path:
@@ -74,14 +80,17 @@ def model_list(path: Path, only: set[str]) -> Path:
     return path
 
 
-def sweep(listed: Path, out: Path, jobs: str, cold: bool, sets: list[str]) -> float:
-    """``reprokit sweep`` in float32 and bfloat16 into ``out``; its wall seconds."""
+def sweep(listed: Path, out: Path, jobs: str, cold: bool, sets: list[str],
+          checkout: Path | None = None) -> float:  # fmt: skip
+    """``reprokit sweep`` in float32 and bfloat16 into ``out`` (with ``checkout``'s reprokit);
+    its wall seconds."""
+    env = dict(os.environ, PYTHONPATH=str(checkout)) if checkout else None
     cmd = [sys.executable, "-m", "reprokit", "sweep", str(listed), "--dtypes",
            "float32,bfloat16", "-n", jobs, "-o", str(out), "--no-cache"]  # fmt: skip
     cmd += (["--cold"] if cold else []) + sets
     start = time.perf_counter()
     with (out.parent / f"{out.name}.log").open("w") as log:
-        subprocess.run(cmd, check=False, stdout=log, stderr=subprocess.STDOUT)
+        subprocess.run(cmd, check=False, stdout=log, stderr=subprocess.STDOUT, env=env)
     return time.perf_counter() - start
 
 
@@ -120,6 +129,7 @@ def main() -> None:
     parser.add_argument("--settings", default="n1,n2,n2cold", help="of " + ",".join(SETTINGS))
     parser.add_argument("--only", default="", help="a subset: model names, comma-separated")
     parser.add_argument("--list", action="store_true", help="print the models and stop")
+    parser.add_argument("--before", type=Path, help="the checkout the before setting runs")
     args = parser.parse_args()
     if args.list:
         print("\n".join(name for name, _, _ in MODELS))
@@ -129,7 +139,8 @@ def main() -> None:
     listed = model_list(root / "models.toml", set(filter(None, args.only.split(","))))
     walls, seconds = {}, {}
     for setting in args.settings.split(","):
-        walls[setting] = sweep(listed, root / setting, *SETTINGS[setting])
+        checkout = args.before if setting == "before" else None
+        walls[setting] = sweep(listed, root / setting, *SETTINGS[setting], checkout)
         seconds[setting] = per_model(root / setting)
         print(f"{setting}: {walls[setting]:.0f} s", flush=True)
     print(f"\n{'setting':<8} {'wall s':>8} {'median/model s':>15} {'worst s':>8}  worst model")
@@ -144,6 +155,8 @@ def main() -> None:
         print(
             f"outputs first / every operation recorded, at -n 2: {walls['n2'] / walls['n2all']:.2f}"
         )
+    if "n2" in walls and "before" in walls:
+        print(f"-n 2 now / -n 2 with {args.before}: {walls['n2'] / walls['before']:.2f}")
     if "n1" in walls and "n2" in walls:
         print(f"-n 2 / -n 1 (warm): {walls['n2'] / walls['n1']:.2f}")
     last = root / list(walls)[-1]

@@ -13,10 +13,11 @@ decoders hitting one ``cumsum`` are one finding with eight witnesses. RUN_DIR/sw
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,7 +162,7 @@ def sweep(
     options, say = options or Options(), announce or (lambda _line: None)
     run_dir = Path(run_dir).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)  # sweep.json, even when every model is refused
-    swept = _capture_all(models, run_dir / CAPTURED, say)
+    swept = _capture_all(models, run_dir / CAPTURED, say, options.jobs)
     record = Sweep(tuple(swept), tuple(dtypes), minimized=minimize)
     write_sweep(record, run_dir)  # the report can say which models were refused, even now
     cases = [str(run_dir / CAPTURED / f"{m.case}.toml") for m in swept if m.case]
@@ -178,36 +179,69 @@ def sweep(
 
 
 def _capture_all(
-    models: Sequence[Model], folder: Path, say: Callable[[str], None]
+    models: Sequence[Model], folder: Path, say: Callable[[str], None], jobs: int
 ) -> list[SweptModel]:
-    """Each model captured, or its refusal recorded; two models of one name kept apart."""
-    swept: list[SweptModel] = []
-    names: set[str] = set()
+    """Each model captured, or its refusal recorded, announced in the models' order."""
+    swept = []
+    named_as = zip(models, _case_names(models), strict=True)
+    for named, (case, refused, seconds) in zip(models, _captured(named_as, folder, jobs),
+                                               strict=True):  # fmt: skip
+        said = f"captured {named.spec} in {seconds} s" if case else f"refused {named.spec}"
+        say(said if case else f"{said}: {refused}")
+        swept.append(SweptModel(named.spec, case, named.config, named.shape, seconds, refused))
+    return swept
+
+
+def _case_names(models: Sequence[Model]) -> list[str]:
+    """Each model's case name; two models of one name kept apart."""
+    names: list[str] = []
     for named in models:
         name = named.case_name
         if name in names and isinstance(named, OwnModel):  # two files' build(): by the file
             name = named.qualified_name
         while name in names:  # hf:gpt2 twice, with two configurations
             name = f"{named.case_name}_{len(names)}"
-        names.add(name)
-        start = time.monotonic()
-        try:
-            if isinstance(named, OwnModel):
-                from reprokit.tools.capture import command
+        names.append(name)
+    return names
 
-                command(named.spec, name=name, out_dir=folder)
-            else:
-                zoo.capture_named(named, name=name, out_dir=folder)
-            case, refused = name, None
-        except ReprokitError as exc:
-            case, refused = None, str(exc).replace("\n\n", " ")  # with its hint: what to do
-        except Exception as exc:  # a model's own code failing: recorded, the sweep goes on
-            first = (str(exc).splitlines() or [""])[0][:300]
-            case, refused = None, f"{type(exc).__name__}: {first}"
-        seconds = round(time.monotonic() - start, 2)
-        say(f"captured {named.spec} in {seconds} s" if case else f"refused {named.spec}: {refused}")
-        swept.append(SweptModel(named.spec, case, named.config, named.shape, seconds, refused))
-    return swept
+
+_Captured = tuple[str | None, str | None, float]  # the case's name or None, why not, seconds
+
+
+def _captured(named_as: Iterable[tuple[Model, str]], folder: Path, jobs: int
+              ) -> Iterator[_Captured]:  # fmt: skip
+    """Each model's capture in order, ``jobs`` at a time in processes of their own (torch.export
+    is Python: threads would take turns; spawned, since this process may hold threads a fork
+    would copy half-way). Leaving early (an interrupt) terminates them: no capture runs on."""
+    capture = functools.partial(_capture_one, folder=folder)
+    tasks = list(named_as)
+    if jobs <= 1 or len(tasks) <= 1:
+        yield from map(capture, tasks)
+        return
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(min(jobs, len(tasks))) as pool:
+        yield from pool.imap(capture, tasks)
+
+
+def _capture_one(task: tuple[Model, str], folder: Path) -> _Captured:
+    """In a worker: the model captured as ``name`` into ``folder``, or why it was refused."""
+    named, name = task
+    start = time.monotonic()
+    try:
+        if isinstance(named, OwnModel):
+            from reprokit.tools.capture import command
+
+            command(named.spec, name=name, out_dir=folder)
+        else:
+            zoo.capture_named(named, name=name, out_dir=folder)
+        case, refused = name, None
+    except ReprokitError as exc:
+        case, refused = None, str(exc).replace("\n\n", " ")  # with its hint: what to do
+    except Exception as exc:  # a model's own code failing: recorded, the sweep goes on
+        first = (str(exc).splitlines() or [""])[0][:300]
+        case, refused = None, f"{type(exc).__name__}: {first}"
+    return case, refused, round(time.monotonic() - start, 2)
 
 
 def _findings(
