@@ -106,6 +106,7 @@ class StageResult:
     versions: dict[str, str | None] | None = None  # torch, torch_xla as the stage imported them
     host: str | None = None  # the machine it ran on, when not this one (a Ray node)
     started: str | None = None  # "warm" (forked) or "cold: why"; None: never started, or older
+    localised: bool = False  # result.json: it recorded what localises (an again stage: once)
 
     def __post_init__(self) -> None:  # result.json's dict, as a stage's executor reads it
         if isinstance(self.xla, Mapping):
@@ -128,8 +129,11 @@ class StageResult:
 
     def to_json(self) -> dict[str, Any]:
         xla = self.xla.to_json() if self.xla is not None else None
-        return asdict(self) | {"status": self.status.value, "stderr_tail": list(self.stderr_tail),
-                               "stdout_tail": list(self.stdout_tail), "xla": xla}  # fmt: skip
+        found = asdict(self) | {"status": self.status.value, "stderr_tail": list(self.stderr_tail),
+                                "stdout_tail": list(self.stdout_tail), "xla": xla}  # fmt: skip
+        if not self.localised:  # written only where set (summaries before it stay as they were)
+            del found["localised"]
+        return found
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StageResult:

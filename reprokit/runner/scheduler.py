@@ -424,7 +424,8 @@ class _Scheduler:
             state.matched = found
             return
         for stage in state.stages:  # those that ran well run again, localising: ready once more
-            if stage.again_on_mismatch and state.results[stage.name].status is Status.OK:
+            ran = state.results.get(stage.name)  # (unless it recorded what localises already)
+            if stage.again_on_mismatch and ran and ran.status is Status.OK and not ran.localised:
                 state.again.add(stage.name)
                 del state.results[stage.name]
 

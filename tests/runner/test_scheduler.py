@@ -498,6 +498,24 @@ def test_an_on_mismatch_stage_runs_only_where_the_others_do_not_match(tmp_path, 
     assert read_summary(tmp_path / "run").variants[0].outputs_only is not differs
 
 
+def test_a_stage_that_recorded_what_localises_is_not_run_again(tmp_path):
+    """A captured program's CPU stage that recorded every operation on its first run (a small
+    program's: few results) says so in result.json ("localised": true): where the others do
+    not match, it is not run again; the on_mismatch stage runs."""
+    folder = DATA / "localising"
+    sets = {"differs": True, "first_localised": True}
+    variants = load_variants(["localise"], sets=sets, cases=[folder], templates=[folder])
+    options = Options(jobs=2, timeout=TIMEOUT, templates=(folder,))
+    summary = run(variants, run_dir=tmp_path / "run", options=options, argv=["test"])
+    (variant,) = summary.variants
+    assert variant.outcome is Outcome.MISMATCH
+    assert [stage.name for stage in variant.stages] == ["first", "second", "localise"]
+    stages = tmp_path / "run" / variant.label / "stages"
+    assert (stages / "first" / "runs.txt").read_text().split() == ["plain"]  # once
+    assert variant.stages[0].localised and not variant.stages[1].localised
+    assert read_summary(tmp_path / "run").variants[0].stages[0].localised  # in summary.json
+
+
 def test_an_on_mismatch_stage_starts_before_the_stages_run_again(tmp_path):
     """Localising, the on_mismatch stage (a captured program's xla stage, recording every
     operation: the longest) takes the first free slot; the stages run again follow."""

@@ -107,6 +107,26 @@ def test_run_alone_a_default_script_records_every_operation_but_in_xla_faithful(
     assert list(torch.load(work / "xla_faithful" / "tensors.pt")) == ["output.0"]
 
 
+def test_a_small_programs_cpu_stages_record_every_operation_at_once(captured, tmp_path):
+    """With nodes = auto, a CPU stage of a program of few results (few_results) records every
+    operation on its first run and says so (result.json "localised": true): no second run
+    where the outputs differ. XLA's faithful stage stays the program as captured."""
+    script = render_case(captured["cnn"], tmp_path / "run", dtype="float32")
+    work = tmp_path / "work"
+    for stage in ("ref_fp64", "xla_faithful"):
+        done = subprocess.run(
+            [sys.executable, script.name, "--stage", stage, "--workdir", str(work)],
+            cwd=script.parent, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    ref = json.loads((work / "ref_fp64" / "result.json").read_text())
+    faithful = json.loads((work / "xla_faithful" / "result.json").read_text())
+    assert ref["localised"] is True and ref["tensors"]  # every operation, described
+    assert next(iter(torch.load(work / "ref_fp64" / "tensors.pt"))).startswith("node.")
+    assert faithful["localised"] is False
+    assert list(torch.load(work / "xla_faithful" / "tensors.pt")) == ["output.0"]
+
+
 def test_perturbed_node_is_the_first_to_differ(captured, tmp_path):
     plain = import_script(render_case(captured["transformer"], tmp_path / "plain"))
     _, _, names = plain.prepare(torch.device("cpu"), None, every=True)

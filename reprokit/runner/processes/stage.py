@@ -257,9 +257,11 @@ FIELDS = {"metrics": "metrics", "described": "tensors", "xla": "xla", "versions"
 
 def _result_fields(data: dict[str, Any]) -> dict[str, Any]:
     """What of a stage's result.json its record keeps: the metrics, the descriptions of its
-    tensors (``"tensors": {name: {"op": ..., "source": ...}}``), what torch_xla saw."""
+    tensors (``"tensors": {name: {"op": ..., "source": ...}}``), what torch_xla saw, and
+    whether it recorded what localises (``"localised": true``)."""
     found = {key: data.get(name) for key, name in FIELDS.items()}
-    return {k: v for k, v in found.items() if isinstance(v, dict)}
+    kept = {k: v for k, v in found.items() if isinstance(v, dict)}
+    return kept | ({"localised": True} if data.get("localised") is True else {})
 
 
 # The one way to start a child that runs a stage's kind of work outside a run's DAG (a user's
