@@ -84,13 +84,15 @@ def sweep(listed: Path, out: Path, jobs: str, cold: bool, sets: list[str],
           checkout: Path | None = None) -> float:  # fmt: skip
     """``reprokit sweep`` in float32 and bfloat16 into ``out`` (with ``checkout``'s reprokit);
     its wall seconds."""
-    env = dict(os.environ, PYTHONPATH=str(checkout)) if checkout else None
+    env = dict(os.environ, PYTHONPATH=str(checkout)) if checkout else None  # and run in it:
+    # ``python -m`` puts the working folder first on sys.path, before PYTHONPATH
     cmd = [sys.executable, "-m", "reprokit", "sweep", str(listed), "--dtypes",
            "float32,bfloat16", "-n", jobs, "-o", str(out), "--no-cache"]  # fmt: skip
     cmd += (["--cold"] if cold else []) + sets
     start = time.perf_counter()
     with (out.parent / f"{out.name}.log").open("w") as log:
-        subprocess.run(cmd, check=False, stdout=log, stderr=subprocess.STDOUT, env=env)
+        subprocess.run(cmd, check=False, stdout=log, stderr=subprocess.STDOUT, env=env,
+                       cwd=checkout)  # fmt: skip
     return time.perf_counter() - start
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+import signal
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -220,7 +221,9 @@ def _captured(named_as: Iterable[tuple[Model, str]], folder: Path, jobs: int
         return
     import multiprocessing
 
-    with multiprocessing.get_context("spawn").Pool(min(jobs, len(tasks))) as pool:
+    ignore_ctrl_c = (signal.SIGINT, signal.SIG_IGN)  # the terminal's: this process stops them
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(min(jobs, len(tasks)), signal.signal, ignore_ctrl_c) as pool:
         yield from pool.imap(capture, tasks)
 
 
