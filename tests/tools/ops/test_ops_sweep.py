@@ -1,8 +1,8 @@
-"""``reprokit ops`` end to end, as a user sees it: one sweep of five OpInfos in float16 with the
+"""``reprokit ops`` end to end, as a user sees it: one sweep of six OpInfos in float16 with the
 edge values and the in-place variants (a known divergence, fp16 softplus; a match, abs, and
 its in-place ``abs_``; a skip, nonzero's CPU fallback; a crash, roll of an empty tensor; an
-in-place divergence, fp16 silu's), its exit code, ops.json, report.md and the repros run alone;
-then the same sweep again from the results cache."""
+in-place divergence, fp16 silu's; an op not run, to_sparse), its exit code, ops.json,
+report.md and the repros run alone; then the same sweep again from the results cache."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from reprokit.records.ops import Group, read_ops
 from reprokit.tools.ops import repro
 
-OPS = ["nn.functional.softplus", "abs", "nonzero", "roll", "nn.functional.silu"]
+OPS = ["nn.functional.softplus", "abs", "nonzero", "roll", "nn.functional.silu", "to_sparse"]
 
 
 def reprokit(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -79,6 +79,8 @@ def test_a_match_and_a_skip_are_counted_not_grouped(swept):
     fell = [r for r in sweep.records if r["op"] == "nonzero" and r["verdict"] == "skip"]
     assert fell and all("CPU fallback (aten::nonzero)" in r["reason"] for r in fell)
     assert sweep.skips["CPU fallback"] >= len(fell)
+    assert sweep.skips["op not run: sparse layout"] == 1  # to_sparse: torch_xla has none
+    assert not [r for r in sweep.records if r["op"] == "to_sparse"]
 
 
 def test_in_place_variants_are_swept_where_an_op_has_one(swept):
