@@ -118,6 +118,8 @@ KNOWN: dict[str, tuple[tuple[str, bool | None, tuple[str, ...] | None], ...]] = 
     "nn.functional.interpolate (bilinear)": (_SCALE_FACTOR,),
     "nn.functional.interpolate (nearest)": (_SCALE_FACTOR,),
     "nn.functional.upsample_nearest": (_SCALE_FACTOR,),
+    "as_strided_scatter": (("as_strided_scatter_strides.md", False, ("value",)),),
+    "count_nonzero": (("count_nonzero_dtype.md", False, ("dtype",)),),
 }
 SCALAR_DIM = ("expected to be in range of [0, -1]", "but tensor has no dimensions")
 EMPTY_DIM = ("sum", "mean", "nansum", "amax", "amin", "std", "var", "prod", "logsumexp")
