@@ -9,6 +9,9 @@ tools, and docs/contract.md describes it::
     RUN_DIR/<label>/list-stages.<stream>.log  what ``repro.py --list-stages`` printed
     RUN_DIR/<label>/stages/<name>/          what a stage wrote: result.json, tensors.pt,
                                             graphs.hlo, stdout.log, stderr.log
+    RUN_DIR/<label>/issues/index.json       a captured program's roots, each with its repro:
+    RUN_DIR/<label>/issues/<slug>/repro.py  the script an issue carries inline (report)
+    RUN_DIR/issues/<slug>.md                one issue per independent difference (report)
 
 Every module that reads or writes one goes through :class:`RunFolder`,
 :class:`VariantFolder` and :class:`StageFolder` (as pytest's ``Cache`` owns
@@ -31,6 +34,9 @@ STAGES = "stages"  # the stages' folders, one per stage; the script's ``--workdi
 RESULT = "result.json"  # a stage's last act: its metrics, tensors' descriptions, what XLA saw
 TENSORS = "tensors.pt"  # what a stage saved to compare
 HLO = "graphs.hlo"  # every graph torch_xla synced (``--dump-hlo``)
+ISSUES = "issues"  # a variant's root repros; the run's issue files, one per root
+ISSUES_INDEX = "index.json"  # the variant's root repros and what each printed run alone
+REPRO_OUT = "repro.out"  # beside a repro.py run alone: the command, its output, its exit code
 LIST_STAGES = "--list-stages"  # the listing's name where a stage's would stand (its logs)
 TAIL = 12  # lines of a failed stage's stderr kept in its record
 

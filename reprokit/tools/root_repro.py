@@ -1,0 +1,353 @@
+"""Each root of a captured program that differs, as a repro an issue carries inline.
+
+The run recorded where each difference is born (a root: an operation that differs while its
+inputs agree, reprokit.comparison.roots) and the program holds that operation's call. So no
+search is needed: the repro is the root's operation (with the multi-output op a result is
+taken from), called on inputs made in the script, on CPU, in float64 and on XLA. A training
+capture's root is called as training meets it, by torch.autograd: a forward op whose
+gradient differs too is one issue with two symptoms (float16 softplus: inf forward, NaN
+gradient), as is a backward root whose forward agrees.
+
+Inputs are made, never read from a file the issue cannot carry: a literal when small, else a
+constant (the value at the element that differs most, where the input is as large as the
+result; else its median), a range over the recorded values, or seeded random values of the
+same mean and spread, in that order, each kept only when the repro shows the difference run
+alone (:func:`reprokit.tools.minimize.graph.alone.run_alone`: an empty folder, a fresh
+``python -I``, only PATH, HOME and XLA's device set). What it printed and its exit code are
+kept beside it; ``reprokit report`` reads them (reprokit.records.issues).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import operator
+import re
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import reprokit.tools.minimize.graph.program as program
+from reprokit.comparison.roots import described, roots
+from reprokit.errors import ReprokitError
+from reprokit.generate.render import environment
+from reprokit.generate.templates import template_dirs
+from reprokit.records import Outcome, Root, RunSummary, VariantResult
+from reprokit.records.folder import ISSUES, REPRO_OUT, SCRIPT, RunFolder
+from reprokit.records.issues import RootRepro, read_index, write_index
+from reprokit.runner.options import Options
+from reprokit.tools.minimize.graph.alone import run_alone
+from reprokit.tools.minimize.graph.script import _line
+
+TEMPLATE = "_root_repro.py.j2"
+TEMPLATES = ("exported_program", "training_program")
+MOST_LINES = 30  # with imports: what an issue shows without folding
+LITERAL = 8  # elements of an input written out as numbers
+STRATEGIES = ("constant", "range", "random")  # for inputs too large to write out
+SEVERITY = ("shape", "dtype", "nan-inf", "value")  # the worst first
+# A value difference within this many times the fp64 rule's bound is listed apart as rounding
+# (docs/verdicts.md): fp16 addmm near cancellation, 1 ulp of an fp16 loss
+ROUNDING = 4.0
+
+
+@dataclass(frozen=True)
+class Family:
+    """The roots one call shows: a forward op's, its gradient's, a multi-output op's."""
+
+    node: str  # the program's node the repro calls (a forward op, for a gradient)
+    roots: tuple[Root, ...]
+    gradient: bool  # judged by torch.autograd too
+    items: tuple[int, ...] = ()  # a multi-output op's results that differ
+
+    def why_not(self) -> str:
+        """Why this family is no issue of its own: it reaches no output, or XLA's error is
+        within a few times the bound (rounding, not a wrong kernel: listed apart)."""
+        if not any(r.reaches or r.reaches is None for r in self.roots):
+            return "every result that reads it agrees: harmless to the outputs"
+        if all(_rounding(r) for r in self.roots):
+            return f"XLA's error against float64 is within {ROUNDING:g}x the bound: rounding"
+        return ""
+
+
+def _rounding(root: Root) -> bool:
+    """A value difference whose error against float64 stays within ROUNDING times the bound."""
+    if root.kind != "value" or root.errors is None or not root.bound:
+        return False
+    error = root.errors[1]
+    return math.isfinite(error) and error <= ROUNDING * root.bound
+
+
+def write_root_repros(run_dir: Path, summary: RunSummary, options: Options | None = None) -> None:
+    """For each captured program of the run that differs, each root family's repro, run alone;
+    kept in ``<label>/issues/`` (made again only for another summary.json)."""
+    made_for = _digest(Path(run_dir))
+    for variant in summary.variants:
+        folder = RunFolder(Path(run_dir)).variant(variant.label).path
+        if not _wanted(variant) or read_index(folder, made_for) is not None:
+            continue
+        repros = variant_repros(variant, folder, options or Options())
+        write_index(folder, made_for, repros)
+
+
+def _wanted(variant: VariantResult) -> bool:
+    template = variant.variant.get("program") and variant.outcome is Outcome.MISMATCH
+    return bool(template) and bool(roots(variant))
+
+
+def _digest(run_dir: Path) -> str:
+    summary = RunFolder(run_dir).summary
+    return hashlib.sha256(summary.read_bytes()).hexdigest()[:16] if summary.is_file() else ""
+
+
+def variant_repros(variant: VariantResult, folder: Path, options: Options) -> list[RootRepro]:
+    """The variant's root families' repros, the worst kind first, each checked alone."""
+    try:
+        original = program.load(_program_path(variant, folder))
+    except ReprokitError as error:
+        return [RootRepro("program", (), "", "", False, why_not=error.message)]
+    families = sorted(_families(variant, original), key=_severity)
+    dtype = variant.variant.get("dtype", "captured")
+    with ThreadPoolExecutor(max(1, min(options.jobs or 1, 2))) as pool:  # two at most: XLA
+        made = pool.map(lambda f: _repro(f, original, variant, dtype, folder, options), families)
+        return list(made)
+
+
+def _program_path(variant: VariantResult, folder: Path) -> Path:
+    """The run's copy of the program beside the variant's script, else where the case named."""
+    named = Path(str(variant.variant["program"]))
+    beside = folder / named.name
+    return beside if beside.is_file() else named
+
+
+def _families(variant: VariantResult, original: program.Original) -> list[Family]:
+    """The roots grouped by the call that shows them."""
+    tensor_ops = [n for n in original.ops() if program.is_tensor_op(original, n)]
+    grouped: dict[str, list[Root]] = {}
+    items: dict[str, list[int]] = {}
+    training = any(n.startswith("node.") and ".bwd." in n for n in described(variant, "cpu"))
+    for root in roots(variant):
+        node = _node_of(root.tensor, tensor_ops, original)
+        info = described(variant, root.target).get(root.tensor, {})
+        if forward := info.get("forward"):  # a gradient: the forward op autograd differentiates
+            node = _node_of(forward, tensor_ops, original) or node
+        if node is not None and original.nodes[node].target is operator.getitem:
+            index = original.nodes[node].args[1]
+            node = original.nodes[node].args[0].name  # a multi-output op's result: the op
+            items.setdefault(node, []).append(index)
+        if node is not None:
+            grouped.setdefault(node, []).append(root)
+    return [Family(node, tuple(found), training and not items.get(node)
+                   and _differentiable(original, node), tuple(sorted(set(items.get(node, ())))))
+            for node, found in grouped.items()]  # fmt: skip
+
+
+def _node_of(tensor: str, tensor_ops: list[str], original: program.Original) -> str | None:
+    """The program's node a recorded result is (node.0012.fwd.elu: the 13th tensor operation),
+    when its op name agrees."""
+    found = re.match(r"node\.(\d+)\.(?:fwd\.|bwd\.)?(\w+)$", tensor)
+    if not found or int(found.group(1)) >= len(tensor_ops):
+        return None
+    name = tensor_ops[int(found.group(1))]
+    node = original.nodes[name]
+    op = node.args[0] if node.target is operator.getitem else node
+    return name if found.group(2).startswith(program.op_name(op)) else None
+
+
+def _differentiable(original: program.Original, name: str) -> bool:
+    import torch
+
+    node = original.nodes[name]
+    value = node.meta.get("val")
+    return bool(
+        "backward" not in program.op_name(node)
+        and any(_floating(original.values.get(a.name)) for a in node.all_input_nodes)
+        and isinstance(value, torch.Tensor)
+        and value.is_floating_point()
+    )
+
+
+def _floating(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+def _severity(family: Family) -> tuple:
+    worst = min(SEVERITY.index(r.kind) if r.kind in SEVERITY else len(SEVERITY)
+                for r in family.roots)  # fmt: skip
+    return (not any(r.reaches for r in family.roots), worst)
+
+
+def _repro(
+    family: Family, original: program.Original, variant: VariantResult, dtype: str,
+    folder: Path, options: Options,
+) -> RootRepro:  # fmt: skip
+    """The first input strategy whose repro shows the difference run alone, written into its
+    folder with what it printed; the last one tried when none does."""
+    slug = _slug(original, family)
+    record = RootRepro(slug, tuple(r.tensor for r in family.roots),
+                       str(original.nodes[family.node].target), "", family.gradient)  # fmt: skip
+    if why := family.why_not():
+        return replace(record, why_not=why)
+    try:
+        scripts = list(_scripts(family, original, variant, dtype))
+    except ReprokitError as error:
+        return replace(record, why_not=error.message)
+    where = folder / ISSUES / slug
+    where.mkdir(parents=True, exist_ok=True)
+    for inputs, text in scripts:
+        ran = run_alone(lambda d, t=text: (d / SCRIPT).write_text(t, "utf-8"), options, where)
+        record = replace(record, inputs=inputs, lines=_count(text), returncode=ran.returncode,
+                         output=ran.transcript(options.xla_device))  # fmt: skip
+        (where / SCRIPT).write_text(text, "utf-8")
+        (where / REPRO_OUT).write_text(record.output, "utf-8")
+        if record.shows:
+            break
+    return record
+
+
+def _slug(original: program.Original, family: Family) -> str:
+    op = program.op_name(original.nodes[family.node])
+    kinds = sorted({r.kind for r in family.roots}, key=SEVERITY.index)
+    return re.sub(r"[^A-Za-z0-9]+", "_", f"{op}_{kinds[0]}").strip("_")
+
+
+def _count(text: str) -> int:
+    return len(text.rstrip("\n").splitlines())
+
+
+def _scripts(
+    family: Family, original: program.Original, variant: VariantResult, dtype: str
+) -> Iterable[tuple[str, str]]:
+    """(how the inputs are made, the script) for each strategy worth trying, the plainest
+    first: one only when every input is small enough to write out."""
+    lines, reads = _calls(original, family.node)
+    values = {n: _cast(original.values[n], dtype) for n in reads}
+    at = _witness_index(variant, family)
+    tried: set[str] = set()
+    for strategy in STRATEGIES:
+        inputs = [_input(name, value, strategy, at) for name, value in values.items()]
+        kinds = {i["kind"] for i in inputs}
+        said = strategy if kinds - {"literal", "full"} else "constant" if "full" in kinds \
+            else "literal"  # fmt: skip
+        text = _rendered(original, family, lines, inputs, dtype)
+        if text in tried:
+            continue
+        tried.add(text)
+        if _count(text) > MOST_LINES:
+            raise ReprokitError(f"the repro of {family.node} needs {_count(text)} lines")
+        yield said, text
+
+
+def _calls(original: program.Original, name: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The call of ``name`` as template lines, and the nodes it reads (its inputs)."""
+    import torch
+
+    node = original.nodes[name]
+    for arg in node.all_input_nodes:
+        if not isinstance(original.values.get(arg.name), torch.Tensor):
+            raise ReprokitError(f"{name} reads {arg.name}, which is not one tensor")
+    return [_line(original, name, None)], [a.name for a in node.all_input_nodes]
+
+
+def _cast(value: Any, dtype: str) -> Any:
+    """A recorded value as the run had it: floating tensors in the run's dtype."""
+    import torch
+
+    if dtype == "captured" or not _floating(value):
+        return value
+    return value.to(getattr(torch, dtype))
+
+
+def _witness_index(variant: VariantResult, family: Family) -> tuple[int, ...] | None:
+    """The element that differs most in the family's first root (its comparison's first)."""
+    root = family.roots[0]
+    found = next((c for c in variant.comparisons
+                  if c.tensor == root.tensor and c.target == root.target), None)  # fmt: skip
+    return tuple(found.worst[0].index) if found is not None and found.worst else None
+
+
+def _input(name: str, value: Any, strategy: str, at: tuple[int, ...] | None) -> dict[str, Any]:
+    """One input as the template writes it."""
+    from reprokit.tools.minimize.graph.script import _var
+
+    dtype, shape = str(value.dtype).split(".")[1], list(value.shape)
+    made = {"var": _var(name), "dtype": dtype, "shape": shape}
+    flat = value.flatten()
+    if value.numel() <= LITERAL:
+        return made | {"kind": "literal", "numbers": [(v) for v in flat.tolist()]}
+    if bool((flat == flat[0]).all()):
+        return made | {"kind": "full", "value": flat[0].item()}
+    if strategy == "constant":
+        return made | {"kind": "full", "value": _constant(value, at)}
+    finite = flat[flat.isfinite()] if value.is_floating_point() else flat
+    low, high = ((finite.min().item()), (finite.max().item())) if finite.numel() \
+        else (0, 0)  # fmt: skip
+    if not value.is_floating_point():
+        return made | {"kind": "randint", "low": int(low), "high": int(high) + 1}
+    if strategy == "range":
+        return made | {"kind": "range", "low": low, "high": high, "numel": value.numel()}
+    spread = finite.double()
+    mean, std = _round(spread.mean().item()), _round(spread.std().item())
+    return made | {"kind": "randn", "mean": mean, "std": std}
+
+
+def _constant(value: Any, at: tuple[int, ...] | None) -> Any:
+    """The value at the element that differs most, where the input is the result's size (an
+    elementwise op's); else the median."""
+    if at is not None and len(at) == value.dim() and all(map(int.__lt__, at, value.shape)):
+        return value[at].item()
+    flat = value.flatten()
+    flat = flat[flat.isfinite()] if value.is_floating_point() else flat
+    return (flat.double().median().item()) if flat.numel() else 0
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def _rendered(
+    original: program.Original, family: Family, lines: list[dict[str, Any]],
+    inputs: list[dict[str, Any]], dtype: str,
+) -> str:  # fmt: skip
+    """The template with the family's call, compile()-checked."""
+    from reprokit.tools.minimize.graph.script import _var
+
+    node = original.nodes[family.node]
+    leaf = next((i["var"] for i in inputs if i["dtype"].startswith(("float", "bfloat"))), None)
+    said = program.op_name(node)
+    results = [{"said": f"{said}[{i}]", "index": i} for i in family.items]
+    shown = dtype if dtype != "captured" else (inputs[0]["dtype"] if inputs else "")
+    context = {
+        "title": f"torch_xla: {shown} aten.{said} on XLA against CPU and float64",
+        "inputs": inputs,
+        "lines": [_run_dtype(line, dtype) for line in lines],
+        "result": _var(family.node),
+        "said": said,
+        "results": results or [{"said": said, "index": None}],
+        "grad": {"leaf": leaf} if family.gradient and leaf else None,
+        "layout": any(r.kind in ("dtype", "shape") for r in family.roots),
+    }
+    found = tuple(template_dirs())
+    script = environment(found).get_template(TEMPLATE).render(context)
+    compile(script, SCRIPT, "exec")
+    return script
+
+
+def _run_dtype(line: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """A floating dtype the call names, as the run had it: the run's dtype where it cast."""
+    if dtype == "captured":
+        return line
+
+    def swap(a: Any) -> Any:
+        if isinstance(a, dict) and a.get("k") == "fdtype":
+            return {"k": "torch", "v": dtype}
+        if isinstance(a, dict) and a.get("k") == "list":
+            return a | {"v": [swap(x) for x in a["v"]]}
+        return a
+
+    swapped: Callable[[list], list] = lambda xs: [swap(x) for x in xs]  # noqa: E731
+    kwargs = [k | {"value": swap(k["value"])} for k in line.get("kwargs", [])]
+    return line | {"args": swapped(line["args"]), "kwargs": kwargs}
