@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import reprokit.tools.ops.repro as repro
+from reprokit.infra import known
 from reprokit.infra.caching import Store, file_digest
 from reprokit.records import Status
 from reprokit.records.folder import SCRIPT
@@ -40,98 +41,6 @@ DTYPE_ORDER = (
     "bool",
 )
 ALONE_TIMEOUT = 180.0  # seconds a repro may take alone (a hang's is killed at that)
-# The reports of docs/examples that OpInfo groups can be: op, or "op (variant)" before it, ->
-# ((report, grad or None: either, the kinds of its groups or None: any), ...), the first that
-# fits; a report whose name starts with fp16 is of half types' values (value, nan-inf) only
-_HALF = ("value", "nan-inf")
-_ZERO_SIZE_DIM = ("cumsum_cumprod_zero_size_dim.md", False, ("error",))
-_DIAGONAL = ("diagonal_default_dims.md", False, ("value",))
-_NORM_OVERFLOW = ("fp16_vector_norm_overflow.md", None, ("nan-inf",))
-_SVDVALS = ("svdvals_batch_dims.md", False, ("value", "shape", "error"))
-_AMAX = ("amax_amin_infinite_slice.md", False, ("nan-inf",))
-_ARGMAX = ("argmax_argmin_nan.md", False, ("value",))
-_SCALE_FACTOR = ("bilinear_upsample_8897.md", False, ("value",))
-_MEAN_COUNT = ("fp16_mean_count.md", None, None)
-_VECTOR_NORM = ("fp16_vector_norm_overflow.md", None, None)
-_ADDCMUL = ("fp16_addcmul_adam.md", False, None)
-_ELU = ("elu_backward.md", True, None)
-_CLIP = ("clip_grad_boundaries.md", True, None)
-_DIVISOR = ("avg_pool_divisor_override.md", False, ("value",))
-_CLAMP_BROADCAST = ("clamp_min_broadcast.md", False, ("error",))
-_REMAINDER = ("remainder_inf_divisor.md", False, ("nan-inf",))
-_LOGSUMEXP = ("logsumexp_neg_inf.md", False, ("nan-inf",))
-KNOWN: dict[str, tuple[tuple[str, bool | None, tuple[str, ...] | None], ...]] = {
-    "nn.functional.softplus": (("fp16_softplus_overflow.md", None, None),),
-    "mean": (_MEAN_COUNT,),
-    "nn.functional.adaptive_avg_pool2d": (("fp16_mean_count.md", False, None),),
-    "cumsum": (("cumsum_bool_int32.md", False, ("dtype",)), _ZERO_SIZE_DIM),
-    "cumprod": (_ZERO_SIZE_DIM,),
-    "masked.cumsum": (_ZERO_SIZE_DIM,),
-    "masked.cumprod": (_ZERO_SIZE_DIM,),
-    "clamp": (("clamp_omitted_bound.md", False, ("value", "nan-inf")),),
-    "linalg.vector_norm": (_VECTOR_NORM,),
-    "nn.functional.normalize": (_VECTOR_NORM,),
-    "masked.normalize": (_NORM_OVERFLOW,),
-    "linalg.norm": (_NORM_OVERFLOW,),
-    "dist": (_NORM_OVERFLOW,),
-    "norm": (_NORM_OVERFLOW,),
-    "norm (inf)": (_NORM_OVERFLOW, ("norm_inf_is_one.md", False, ("value",))),
-    "norm (nuc)": (_SVDVALS,),
-    "addcmul": (_ADDCMUL,),
-    "baddbmm": (_ADDCMUL,),
-    "nn.functional.elu": (_ELU,),
-    "nn.functional.celu": (_ELU,),
-    "nn.functional.selu": (_ELU,),
-    "nn.functional.gelu": (("fp16_gelu_tanh_backward.md", True, None),),
-    "nn.functional.layer_norm": (("fp16_layer_norm_3658.md", False, None),),
-    "std": (_MEAN_COUNT,),
-    "var": (_MEAN_COUNT,),
-    "std_mean": (_MEAN_COUNT,),
-    "var_mean": (_MEAN_COUNT,),
-    "nn.functional.hardtanh": (_CLIP,),
-    "nn.functional.relu6": (_CLIP,),
-    "roll": (("roll_empty_sigfpe.md", None, ("crash",)),),  # a gradient sample: in its forward
-    "nn.functional.nll_loss": (("nll_loss_0d_target_segfault.md", None, ("crash",)),),
-    # written from the sweep itself
-    "diagonal": (_DIAGONAL,),
-    "diagonal_copy": (_DIAGONAL,),
-    "diagonal_scatter": (_DIAGONAL,),
-    "linalg.diagonal": (_DIAGONAL,),
-    "nn.functional.avg_pool2d": (_DIVISOR,),
-    "nn.functional.avg_pool3d": (_DIVISOR,),
-    "_chunk_cat": (("chunk_cat_nonzero_dim.md", False, ("value",)),),
-    "nn.functional.logsigmoid": (("logsigmoid_neg_inf.md", False, ("nan-inf",)),),
-    "nn.functional.pad": (("pad_negative_replicate_reflect.md", False, ("error",)),),
-    "cdist": (("cdist_batch_broadcast.md", False, ("error",)),),
-    "clamp_min": (_CLAMP_BROADCAST,),
-    "clamp_max": (_CLAMP_BROADCAST,),
-    "lerp": (("lerp_weight_one.md", False, ("value", "nan-inf")),),
-    "__rmod__": (_REMAINDER,),
-    "remainder": (_REMAINDER,),
-    "nn.functional.silu": (("fp16_sigmoid_silu_exp_overflow.md", False, None),),
-    "linalg.matrix_norm": (_SVDVALS,),
-    "linalg.matrix_rank": (_SVDVALS,),
-    "linalg.cond": (_SVDVALS,),
-    "linalg.pinv (singular)": (_SVDVALS,),  # its other errors: an empty matrix's SVD
-    "masked.amax": (_AMAX,),
-    "masked.amin": (_AMAX,),
-    "masked.norm": (_AMAX,),
-    "amax": (_AMAX,),
-    "amin": (_AMAX,),
-    "masked.argmax": (_ARGMAX,),
-    "masked.argmin": (_ARGMAX,),
-    "argmax": (_ARGMAX,),
-    "argmin": (_ARGMAX,),
-    "masked.logsumexp": (_LOGSUMEXP,),
-    "logsumexp": (_LOGSUMEXP,),
-    "nn.functional.interpolate (bilinear)": (_SCALE_FACTOR,),
-    "nn.functional.interpolate (nearest)": (_SCALE_FACTOR,),
-    "nn.functional.upsample_nearest": (_SCALE_FACTOR,),
-    "as_strided_scatter": (("as_strided_scatter_strides.md", False, ("value",)),),
-    "count_nonzero": (("count_nonzero_dtype.md", False, ("dtype",)),),
-}
-SCALAR_DIM = ("expected to be in range of [0, -1]", "but tensor has no dimensions")
-EMPTY_DIM = ("sum", "mean", "nansum", "amax", "amin", "std", "var", "prod", "logsumexp")
 
 
 def build(records: list[dict[str, Any]]) -> list[Group]:
@@ -186,27 +95,19 @@ def _slug(op: str, variant: str, kind: str, grad: bool, backend: str) -> str:
 
 
 def _known(group: Group, witness: dict[str, Any]) -> str:
-    """The report of docs/examples this group is (by op and pass; an empty dim list for the
-    reductions), or ""."""
-    kwargs = (witness.get("described") or {}).get("kwargs", {})
-    detail = witness.get("detail") or ""
-    if group.kind == "error" and "xla_shape=pred" in detail:
-        return "bool_unary_float_ops.md"
-    if group.kind == "error" and any(s in detail for s in SCALAR_DIM):
-        return "pytorch/xla#1958"  # a dim of a 0-d tensor: tracked upstream since 2020
-    if group.op in EMPTY_DIM and (kwargs.get("dim") in ("[]", "()") or group.kind == "shape"):
-        return "empty_dim_reductions.md"
-    half = {"float16", "bfloat16"} & set(group.dtypes)
-    reports = KNOWN.get(f"{group.op} ({group.variant})") or KNOWN.get(group.op, ())
-    for report, grad, kinds in reports:
-        if grad is not None and grad != group.grad:
-            continue
-        if group.kind not in (kinds or (group.kind,)):
-            continue
-        if report.startswith("fp16") and not (half and group.kind in _HALF):
-            continue  # those reports are of half types' values
-        return report
-    return ""
+    """The report of docs/examples this group is, or the upstream issue that tracks it, or ""
+    (reprokit/infra/known.toml and the user's REPROKIT_KNOWN files: by op and variant, dtypes,
+    kind, pass, the witness's error message and arguments)."""
+    found = known.match(
+        group.op,
+        variant=group.variant,
+        dtypes=group.dtypes,
+        kind=group.kind,
+        grad=group.grad,
+        detail=witness.get("detail") or "",
+        kwargs=(witness.get("described") or {}).get("kwargs", {}),
+    )
+    return (found.report or found.upstream) if found else ""
 
 
 def write_repros(
