@@ -36,8 +36,14 @@ if TYPE_CHECKING:
     from reprokit.generate.render import render
     from reprokit.generate.variants import Variant
     from reprokit.generate.variants import load_variants as load_cases
-    from reprokit.records import Comparison, MinimizeResult, Outcome, RunSummary, VariantResult
-    from reprokit.reports import write_reports as report
+    from reprokit.records import (
+        Comparison,
+        MinimizeResult,
+        Outcome,
+        Reports,
+        RunSummary,
+        VariantResult,
+    )
     from reprokit.runner.options import Options
     from reprokit.runner.processes.stage import Executor
     from reprokit.runner.scheduler import Interrupted, Reporter
@@ -57,7 +63,6 @@ _LAZY = {
     "Outcome": ("reprokit.records", "Outcome"),
     "RunSummary": ("reprokit.records", "RunSummary"),
     "VariantResult": ("reprokit.records", "VariantResult"),
-    "report": ("reprokit.reports", "write_reports"),
     "Options": ("reprokit.runner.options", "Options"),
     "Interrupted": ("reprokit.runner.scheduler", "Interrupted"),
 }
@@ -112,6 +117,21 @@ def capture(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = 
         from reprokit.tools.train import capture_training as capture_program
     return capture_program(module, args, kwargs, name=name, out_dir=out_dir,
                            state_dict=state_dict, random_inputs=random_inputs)  # fmt: skip
+
+
+def report(
+    run_dir: Path | str, *, formats: str = "all", out_dir: Path | str | None = None,
+    options: Options | None = None,
+) -> Reports:  # fmt: skip
+    """report.md (issue-ready), report.html, report.json and bundle.zip of a run folder. A
+    captured program that differs has each of its roots written as a repro first and run
+    alone (reprokit.tools.root_repro): each root's issue carries its own (issues/NAME.md)."""
+    from reprokit.reports import write_reports
+    from reprokit.tools.root_repro import write_root_repros
+
+    write_root_repros(Path(run_dir), options)
+    out = Path(out_dir) if out_dir is not None else None
+    return write_reports(Path(run_dir), formats=formats, out_dir=out)
 
 
 def compare(

@@ -8,6 +8,7 @@ issue, not noise after the first. Read from the records only (no torch): reports
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -48,6 +49,19 @@ def compared(variant: VariantResult, root: Root) -> Comparison:
     """The comparison of the root's result in its target."""
     return next(c for c in variant.comparisons
                 if c.tensor == root.tensor and c.target == root.target)  # fmt: skip
+
+
+# A value difference within this many times the fp64 rule's bound is rounding rather than a wrong
+# kernel (float16 addmm near cancellation, 1 ulp of a float16 loss): no issue of its own
+ROUNDING = 4.0
+
+
+def rounding(root: Root) -> bool:
+    """A value difference whose error against float64 stays within ROUNDING times the bound."""
+    if root.kind != "value" or root.errors is None or not root.bound:
+        return False
+    error = root.errors[1]
+    return math.isfinite(error) and error <= ROUNDING * root.bound
 
 
 def kind(c: Comparison) -> str:

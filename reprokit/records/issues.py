@@ -4,6 +4,7 @@ it writes the issue: the root's own repro, made with inputs in the script and ru
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,19 @@ class RootRepro:
     def shows(self) -> bool:
         return self.returncode == 1 and "XLA DIFFERS" in self.output
 
+    def seen(self) -> tuple[Seen, ...]:
+        """Each result the repro judged, as it printed it run alone."""
+        found: list[Seen] = []
+        rows: list[tuple[str, str, str, str]] = []
+        for line in self.output.splitlines():
+            if at := _AT.match(line):
+                rows.append(at.groups())
+            elif said := _SAID.match(line):
+                name, verdict, counts = said.groups()
+                found.append(Seen(name, verdict == "XLA DIFFERS", counts, tuple(rows)))
+                rows = []
+        return tuple(found)
+
     def script(self, variant_dir: Path) -> Path:
         return Path(variant_dir) / ISSUES / self.slug / SCRIPT
 
@@ -42,6 +56,22 @@ class RootRepro:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RootRepro:
         return from_json(cls, data, roots=tuple)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One result of a root's repro as it printed it: whether XLA differs, in how many
+    elements, and the elements that differ most (index, CPU, float64, XLA, as printed)."""
+
+    name: str  # softplus, softplus gradient, nll_loss_forward[1]
+    differs: bool
+    counts: str  # 1024 of 1024 elements
+    rows: tuple[tuple[str, str, str, str], ...]
+
+
+# The lines templates/_root_repro.py.j2 prints
+_AT = re.compile(r"^  at (\[[^\]]*\]): CPU (\S+), float64 (\S+), XLA (\S+)$")
+_SAID = re.compile(r"^(.+?): (XLA DIFFERS|XLA agrees) \((.+)\)$")
 
 
 def write_index(variant_dir: Path, made_for: str, repros: list[RootRepro]) -> None:

@@ -4,12 +4,13 @@ a self-contained report.html, report.json and bundle.zip."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
-from reprokit.records.folder import VariantFolder
+from reprokit.records.folder import ISSUES, VariantFolder
 from reprokit.reports import ops
 from reprokit.reports.build import build_report, headline, problems
 from reprokit.reports.bundle import write_bundle
@@ -57,6 +58,11 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
         text = public_paths(redact_text(json.dumps(data, indent=2)), **public)
         written.append(_write(out_dir / "report.json", text))
 
+    if formats in ("md", "all") and len(report.issues) > 1:  # one issue file per root
+        (out_dir / ISSUES).mkdir(exist_ok=True)
+        for one in report.issues:
+            text = public_paths(markdown(replace(report, issue=one)), **public)
+            written.append(_write(out_dir / ISSUES / f"{one.name}.md", text))
     written += _model_reports(summary, Path(run_dir), out_dir, formats)  # reprokit sweep
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
     found = report.issue

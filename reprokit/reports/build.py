@@ -10,7 +10,7 @@ from pathlib import Path
 from reprokit.infra.redact import redact_text
 from reprokit.records import MinimizeResult, Outcome, RunSummary, VariantResult
 from reprokit.reports.evidence import WRAP_CASE, differs, evidence, plain, xla_table
-from reprokit.reports.issue import issue
+from reprokit.reports.issue import issues
 from reprokit.reports.model import (
     Cell,
     DifferenceSizes,
@@ -102,6 +102,7 @@ def build_report(summary: RunSummary, run_dir: Path, *, model: bool = False) -> 
     ``model``: one model's part of a sweep (its own report: no sweep table, its issue)."""
     shown = problems(summary)
     sweep = () if model else sweep_tables(summary, run_dir)
+    found = () if sweep else issues(summary, run_dir, shown)  # a sweep: its table first
     return Report(
         headline=headline(summary),
         bug=bug(shown[0], minimized=summary.minimized is not None) if shown else None,
@@ -118,7 +119,8 @@ def build_report(summary: RunSummary, run_dir: Path, *, model: bool = False) -> 
         noted=tuple(evidence(v, run_dir) for v in noted(summary)[:MAX_FIGURES]),
         xla=xla_table(results_order(summary.variants)),
         sweep=sweep,
-        issue=None if sweep else issue(summary, run_dir, shown),  # a sweep: its table first
+        issue=found[0] if found else None,
+        issues=found,
     )
 
 
@@ -198,7 +200,7 @@ def environment(summary: RunSummary) -> EnvironmentSection:
                  f"(torch {versions.get('torch') or '?'})")  # fmt: skip
     if seen:
         counts = ", ".join(f"{n} x {kind}" for kind, n in sorted(seen))
-        facts.append(f"XLA devices the stages saw: {counts}")
+        facts.append(f"XLA devices: {counts}")
     facts.extend(jax_backends(summary))
     rows = tuple((Cell(k), Cell(v)) for k, v in summary.env.rows())
     return EnvironmentSection(

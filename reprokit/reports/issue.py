@@ -19,7 +19,9 @@ from typing import Any
 from reprokit.comparison.roots import compared, described, roots
 from reprokit.records import Comparison, Outcome, Root, RunSummary, Triage, VariantResult
 from reprokit.reports.evidence import plain, script, too_large
+from reprokit.reports.known import known_line
 from reprokit.reports.model import Cell, Issue, Script, Table, Text
+from reprokit.reports.root_issues import root_issues
 
 MAX_FOLDED = 300  # lines of a case's own script shown folded (a captured program's harness never)
 MAX_OTHERS = 8  # other divergences listed
@@ -28,12 +30,22 @@ BACKENDS = {"cpu": "CPU", "xla": "XLA", "xla_spmd": "XLA (SPMD)", "cuda": "CUDA"
             "xla_multicore": "XLA (multi-core)", "torchax": "torchax"}  # fmt: skip
 
 
-def issue(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> Issue | None:
-    """The issue of the run's one problem, when it is a mismatch of a captured program (a run
-    of several problems keeps the report of each, as a sweep writes one report per model)."""
+def issues(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> tuple[Issue, ...]:
+    """The issues of the run's one problem, when it is a mismatch of a captured program: one
+    per root whose repro showed it alone (reprokit.reports.root_issues), else the one issue of
+    its first root. A run of several problems keeps the report of each, as a sweep writes one
+    report per model."""
     first = shown[0] if len(shown) == 1 else None
     if first is None or first.outcome is not Outcome.MISMATCH:
-        return None
+        return ()
+    if summary.minimized is None and (found := root_issues(first, run_dir, known_line)):
+        return found
+    one = issue(summary, run_dir, first)
+    return (one,) if one is not None else ()
+
+
+def issue(summary: RunSummary, run_dir: Path, first: VariantResult) -> Issue | None:
+    """The issue of one variant's first root, with its repro as the run or minimize wrote it."""
     found = [_Seen.of(first, root) for root in roots(first)]
     if not found:
         return None

@@ -196,6 +196,7 @@ class Issue:
     context: tuple[Text, ...]  # how it was found; what it was reduced from
     not_run: Text | None  # the backends this run could not try (a TPU, a GPU)
     hlo: tuple[Script, ...] = ()  # the HLO that shows whose it is (reprokit.tools.whose)
+    name: str = ""  # a root issue's file name under issues/ (reprokit.reports.root_issues)
 
 
 @dataclass(frozen=True)
@@ -218,3 +219,4 @@ class Report:
     xla: Table | None = None  # what torch_xla saw: one row per XLA stage of every variant
     sweep: tuple[Table, ...] = ()  # reprokit sweep: a row per model and dtype; its findings
     issue: Issue | None = None  # report.md as an issue: a run whose first problem diverges
+    issues: tuple[Issue, ...] = ()  # every root issue of it, the first too: one file each

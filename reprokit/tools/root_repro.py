@@ -20,7 +20,6 @@ kept beside it; ``reprokit report`` reads them (reprokit.records.issues).
 from __future__ import annotations
 
 import hashlib
-import math
 import operator
 import re
 from collections.abc import Callable, Iterable
@@ -30,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import reprokit.tools.minimize.graph.program as program
-from reprokit.comparison.roots import described, roots
+from reprokit.comparison.roots import ROUNDING, described, roots, rounding
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import environment
 from reprokit.generate.templates import template_dirs
-from reprokit.records import Outcome, Root, RunSummary, VariantResult
+from reprokit.records import Outcome, Root, VariantResult, read_summary
 from reprokit.records.folder import ISSUES, REPRO_OUT, SCRIPT, RunFolder
 from reprokit.records.issues import RootRepro, read_index, write_index
 from reprokit.runner.options import Options
@@ -47,9 +46,6 @@ MOST_LINES = 30  # with imports: what an issue shows without folding
 LITERAL = 8  # elements of an input written out as numbers
 STRATEGIES = ("constant", "range", "random")  # for inputs too large to write out
 SEVERITY = ("shape", "dtype", "nan-inf", "value")  # the worst first
-# A value difference within this many times the fp64 rule's bound is listed apart as rounding
-# (docs/verdicts.md): fp16 addmm near cancellation, 1 ulp of an fp16 loss
-ROUNDING = 4.0
 
 
 @dataclass(frozen=True)
@@ -64,25 +60,25 @@ class Family:
     def why_not(self) -> str:
         """Why this family is no issue of its own: it reaches no output, or XLA's error is
         within a few times the bound (rounding, not a wrong kernel: listed apart)."""
-        if not any(r.reaches or r.reaches is None for r in self.roots):
-            return "every result that reads it agrees: harmless to the outputs"
-        if all(_rounding(r) for r in self.roots):
+        wrong = [r for r in self.roots if not rounding(r)]
+        if not wrong:
             return f"XLA's error against float64 is within {ROUNDING:g}x the bound: rounding"
+        if not any(r.reaches or r.reaches is None for r in wrong):
+            return "every result that reads it agrees: harmless to the outputs"
         return ""
 
 
-def _rounding(root: Root) -> bool:
-    """A value difference whose error against float64 stays within ROUNDING times the bound."""
-    if root.kind != "value" or root.errors is None or not root.bound:
-        return False
-    error = root.errors[1]
-    return math.isfinite(error) and error <= ROUNDING * root.bound
-
-
-def write_root_repros(run_dir: Path, summary: RunSummary, options: Options | None = None) -> None:
+def write_root_repros(run_dir: Path, options: Options | None = None) -> None:
     """For each captured program of the run that differs, each root family's repro, run alone;
-    kept in ``<label>/issues/`` (made again only for another summary.json)."""
+    kept in ``<label>/issues/`` (made again only for another summary.json). A folder with no
+    readable summary.json (an op sweep's, a broken one) is the report's to judge."""
     made_for = _digest(Path(run_dir))
+    try:
+        summary = read_summary(Path(run_dir))
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if summary.minimized is not None:  # a minimize folder: its short repro is the issue's
+        return
     for variant in summary.variants:
         folder = RunFolder(Path(run_dir)).variant(variant.label).path
         if not _wanted(variant) or read_index(folder, made_for) is not None:
@@ -109,9 +105,13 @@ def variant_repros(variant: VariantResult, folder: Path, options: Options) -> li
         return [RootRepro("program", (), "", "", False, why_not=error.message)]
     families = sorted(_families(variant, original), key=_severity)
     dtype = variant.variant.get("dtype", "captured")
+    slugs = _slugs(original, families)
     with ThreadPoolExecutor(max(1, min(options.jobs or 1, 2))) as pool:  # two at most: XLA
-        made = pool.map(lambda f: _repro(f, original, variant, dtype, folder, options), families)
-        return list(made)
+
+        def made(at: int) -> RootRepro:
+            return _repro(families[at], slugs[at], original, variant, dtype, folder, options)
+
+        return list(pool.map(made, range(len(families))))
 
 
 def _program_path(variant: VariantResult, folder: Path) -> Path:
@@ -181,12 +181,11 @@ def _severity(family: Family) -> tuple:
 
 
 def _repro(
-    family: Family, original: program.Original, variant: VariantResult, dtype: str,
+    family: Family, slug: str, original: program.Original, variant: VariantResult, dtype: str,
     folder: Path, options: Options,
 ) -> RootRepro:  # fmt: skip
     """The first input strategy whose repro shows the difference run alone, written into its
     folder with what it printed; the last one tried when none does."""
-    slug = _slug(original, family)
     record = RootRepro(slug, tuple(r.tensor for r in family.roots),
                        str(original.nodes[family.node].target), "", family.gradient)  # fmt: skip
     if why := family.why_not():
@@ -208,10 +207,18 @@ def _repro(
     return record
 
 
-def _slug(original: program.Original, family: Family) -> str:
-    op = program.op_name(original.nodes[family.node])
-    kinds = sorted({r.kind for r in family.roots}, key=SEVERITY.index)
-    return re.sub(r"[^A-Za-z0-9]+", "_", f"{op}_{kinds[0]}").strip("_")
+def _slugs(original: program.Original, families: list[Family]) -> list[str]:
+    """Each family's folder and issue file name: its op and worst kind (softplus_nan_inf),
+    numbered from the second of a name (softplus_nan_inf_2)."""
+    made: list[str] = []
+    seen: dict[str, int] = {}
+    for family in families:
+        op = program.op_name(original.nodes[family.node])
+        kinds = sorted({r.kind for r in family.roots}, key=SEVERITY.index)
+        slug = re.sub(r"[^A-Za-z0-9]+", "_", f"{op}_{kinds[0]}").strip("_")
+        seen[slug] = seen.get(slug, 0) + 1
+        made.append(slug if seen[slug] == 1 else f"{slug}_{seen[slug]}")
+    return made
 
 
 def _count(text: str) -> int:
@@ -318,7 +325,10 @@ def _rendered(
     node = original.nodes[family.node]
     leaf = next((i["var"] for i in inputs if i["dtype"].startswith(("float", "bfloat"))), None)
     said = program.op_name(node)
-    results = [{"said": f"{said}[{i}]", "index": i} for i in family.items]
+    returns = getattr(getattr(node.target, "_schema", None), "returns", ())
+    named = [r.name or str(i) for i, r in enumerate(returns)]
+    results = [{"said": f"{said}.{named[i] if i < len(named) else i}", "index": i}
+               for i in family.items]  # fmt: skip
     shown = dtype if dtype != "captured" else (inputs[0]["dtype"] if inputs else "")
     context = {
         "title": f"torch_xla: {shown} aten.{said} on XLA against CPU and float64",

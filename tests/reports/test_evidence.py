@@ -73,7 +73,7 @@ def test_xla_stages_record_what_torch_xla_saw(tmp_path, write_case):
     assert text.startswith("## reprokit: 1 variant ran and behaved as expected\n")
     assert "- `case`: **eig**." in text  # what the case checks
     assert "- Reproducible on XLA backend [CPU]" in text
-    assert "- XLA devices the stages saw: 1 x CPU" in text
+    assert "- XLA devices: 1 x CPU" in text
     assert re.search(r"\n\| `eig_xla` \| 1 x CPU \| .* \| `aten::linalg_eig` \|", text)
 
 

@@ -1,13 +1,15 @@
 """report.md as the issue a maintainer reads, for real on XLA:CPU: a new user's fp16 model whose
 XLA results are NaN, inf and -inf, and a module with two independent differences (a bool
-cumsum, a bilinear resize). Every format is written (exit 0), report.md names the op, the dtype
-and the values, lists every independent divergence, pastes the short repro of a minimize folder
-with its output, and says nothing the reader cannot see (run folders, stage or node names)."""
+cumsum, a bilinear resize). Every format is written (exit 0); each independent difference is an
+issue of its own (issues/NAME.md, report.md the first) with its own repro inline, at most 30
+lines, that exits 1 copied alone into an empty folder; a minimize folder pastes its short repro
+with its output; nothing the reader cannot see (run folders, stage or node names)."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -45,34 +47,56 @@ def assert_nothing_the_reader_cannot_see(text: str, *folders: Path) -> None:
     assert len(text.splitlines()) <= 150
 
 
+def first_block(text: str) -> str:
+    return text.split("```python\n")[1].split("\n```")[0] + "\n"
+
+
+def runs_alone(text: str, where: Path) -> subprocess.CompletedProcess:
+    """The issue's first python block saved alone as repro.py and run without reprokit."""
+    where.mkdir()
+    (where / "repro.py").write_text(first_block(text))
+    return run_alone(where)
+
+
 def test_nan_inf_and_minus_inf_results_give_every_format_and_values(cli, captured, tmp_path):
     text = run_and_report(cli, captured["nonfinite"], tmp_path / "run")
     title = text.splitlines()[0]
-    assert title.startswith("# float16 `aten.")
+    assert title.startswith("# float16 `")
     assert "## 🐛 Bug" in text and "## Expected behavior" in text
     assert "**NaN**" in text or "**inf**" in text  # the witness table names them
     assert "float64" in text
-    # every independent root: the mean (NaN), softplus (inf) and its negation (-inf)
-    assert all(word in text for word in ("NaN", "inf", "-inf"))
-    assert "repro.py` in the attached `bundle.zip`" in text  # the harness is never pasted
-    assert "```python" not in text
-    assert_nothing_the_reader_cannot_see(text, tmp_path)
+    # every independent root is an issue of its own: the mean (NaN), softplus (inf) and its
+    # negation (-inf), each with its repro inline
+    issues = sorted((tmp_path / "run" / "issues").glob("*.md"))
+    bodies = [path.read_text() for path in issues]
+    assert len(issues) == 3 and bodies[0] != bodies[1]
+    assert all(word in "".join(bodies) for word in ("NaN", "inf", "-inf"))
+    assert "filed apart" in text
+    for body in (text, *bodies):
+        assert len(first_block(body).splitlines()) <= 30
+        assert "inputs.pt" not in first_block(body) and "repro.py` in the attached" not in body
+        assert_nothing_the_reader_cannot_see(body, tmp_path)
+    alone = runs_alone(text, tmp_path / "alone")
+    assert alone.returncode == 1, alone.stdout + alone.stderr
+    assert "XLA DIFFERS" in alone.stdout and "float64" in alone.stdout
     page = (tmp_path / "run" / "report.html").read_text()
     assert "NaN" in page and "<svg" in page
     json.loads((tmp_path / "run" / "report.json").read_text())
     assert plt.get_fignums() == []  # no figure left open in the process
 
 
-def test_independent_divergences_are_each_listed_with_what_they_reach(cli, captured, tmp_path):
+def test_independent_divergences_are_each_an_issue_with_its_repro(cli, captured, tmp_path):
     text = run_and_report(cli, captured["bookkeeper"], tmp_path / "run")
-    assert text.startswith("# `aten.cumsum.default` on XLA returns bool where CPU returns int64")
-    assert "| element | CPU (int64) | XLA (bool) |\n" in text  # no float64 of an integer
-    others = text.split("Other differences of the same program")[1].split("## To Reproduce")[0]
-    assert "`aten.upsample_bilinear2d.vec` of 1x1x5x6 (result 1x1x8x10)" in others
-    assert "it reaches `output.2`" in others
-    assert "remainder" not in others  # it agrees
-    assert "XLA returns int64, as CPU does" in text
-    assert_nothing_the_reader_cannot_see(text, tmp_path)
+    assert text.startswith("# `cumsum` on XLA returns bool [2, 16] where CPU returns int64")
+    assert "upsample_bilinear2d" in text.split("filed apart")[1]  # the second, named
+    (second,) = [p for p in (tmp_path / "run" / "issues").glob("*.md") if "cumsum" not in p.name]
+    body = second.read_text()
+    assert body.startswith("# float32 `upsample_bilinear2d` on XLA returns")
+    assert "remainder" not in text + body  # it agrees
+    for one in (text, body):
+        assert_nothing_the_reader_cannot_see(one, tmp_path)
+    alone = runs_alone(body, tmp_path / "alone")
+    assert alone.returncode == 1, alone.stdout + alone.stderr
 
 
 def test_a_minimize_folder_pastes_its_short_repro_and_what_it_printed(cli, captured, tmp_path):
@@ -104,7 +128,12 @@ def test_a_training_step_names_the_root_and_the_gradients_it_reaches(cli, tmp_pa
     assert cli("report", out).exit_code == 0
     assert all((out / name).is_file() for name in FORMATS)
     text = (out / "report.md").read_text()
-    assert text.startswith("# float16 `aten.softplus.default` on XLA returns inf where CPU")
-    assert "It reaches the program's outputs" in text and "`grad.fc1.weight`" in text
-    assert "The same operation differs the same way on XLA (SPMD)." in text
+    # the forward's inf and its gradient's NaN, in one issue: the forward's inf hides the
+    # gradient's NaN in the model (every gradient after it is already NaN or inf)
+    assert text.startswith("# float16 `softplus` on XLA returns inf where CPU")
+    assert "a gradient of NaN" in text.splitlines()[0]
+    assert "`grad.fc1.weight`" in text
     assert_nothing_the_reader_cannot_see(text, tmp_path)
+    alone = runs_alone(text, tmp_path / "alone")
+    assert alone.returncode == 1, alone.stdout + alone.stderr
+    assert "softplus gradient: XLA DIFFERS" in alone.stdout
