@@ -27,8 +27,10 @@ def report_(
     if summary.minimized is None and summary.variants:  # variants (its title says): no news
         out.print(headline(summary), highlight=False)
     for path in reports.written:
-        out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False)
+        out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False, markup=False)
     if reports.title:
-        out.print(f"issue title: {reports.title}", highlight=False)
+        out.print(f"issue title: {reports.title}", highlight=False, markup=False)
+    if reports.known:
+        out.print(reports.known, highlight=False, markup=False)
     if reports.next_step:
-        out.print(f"for a short repro to paste: {reports.next_step}", highlight=False)
+        out.print(f"for a short repro to paste: {reports.next_step}", highlight=False, markup=False)

@@ -14,6 +14,7 @@ from reprokit.records.folder import ISSUES, VariantFolder
 from reprokit.reports import ops
 from reprokit.reports.build import build_report, headline, problems
 from reprokit.reports.bundle import write_bundle
+from reprokit.reports.hint import minimize_hint
 from reprokit.reports.markdown import BUNDLE, markdown
 from reprokit.reports.model import Issue
 from reprokit.reports.paths import public_paths, user_home
@@ -67,7 +68,8 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
     found = report.issue
     title = redact_text(found.title).replace("`", "") if found else None
-    return Reports(summary, tuple(written), title, _next_step(summary, Path(run_dir), found))
+    known = found.known if found else None
+    return Reports(summary, tuple(written), title, _next_step(summary, Path(run_dir), found), known)
 
 
 def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str | None:
@@ -79,8 +81,7 @@ def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str |
     case = VariantFolder(run_dir / variant.label).case
     if "program" not in variant.variant or not case.is_file():
         return None
-    out = run_dir.with_name(f"{run_dir.name}-min")
-    return f"reprokit minimize {case} -o {out} && reprokit report {out}"
+    return minimize_hint(run_dir, variant.label)  # quoted: pasted into a shell as it is
 
 
 def _model_reports(summary: RunSummary, run_dir: Path, out_dir: Path, formats: str) -> list[Path]:

@@ -76,7 +76,9 @@ def html(report: Report) -> str:
 
 def _issue(found: Issue) -> list[str]:
     """What report.md says first: the title, the bug with its values, the other divergences."""
-    lines = [f"<h1>{_text(found.title)}</h1>", f"<p>{_text(found.bug[0])}</p>"]
+    lines = [f"<h1>{_text(found.title)}</h1>"]
+    lines += [f"<blockquote>{_text(found.known)}</blockquote>"] if found.known else []
+    lines += [f"<p>{_text(found.bug[0])}</p>"]
     lines += _table(found.witnesses, title=False) if found.witnesses else []
     lines += [f"<p>{_text(line)}</p>" for line in found.bug[1:]]
     if found.others:

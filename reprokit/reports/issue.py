@@ -21,7 +21,7 @@ from reprokit.records import Comparison, Outcome, Root, RunSummary, Triage, Vari
 from reprokit.reports.evidence import plain, script, too_large
 from reprokit.reports.known import known_line
 from reprokit.reports.model import Cell, Issue, Script, Table, Text
-from reprokit.reports.root_issues import root_issues
+from reprokit.reports.root_issues import found_with, root_issues
 
 MAX_FOLDED = 300  # lines of a case's own script shown folded (a captured program's harness never)
 MAX_OTHERS = 8  # other divergences listed
@@ -250,37 +250,12 @@ def _cpu_off(c: Comparison) -> str:
 
 
 def _trust(variant: VariantResult, root: _Seen) -> list[Text]:
-    """How far the verdict can be trusted (docs/verdicts.md), in the issue's words: the
-    precision triage, whether fusion changes the outputs, each operation's own error."""
-    lines = []
+    """How far the verdict can be trusted (docs/verdicts.md), in a maintainer's words: what a
+    more precise run showed. Whether fusion changes the outputs and each operation's own error
+    are the tool's evidence, kept in the run's report, not the issue's."""
     if variant.triage:
-        lines.append(f"Run again more precisely, the mismatch {Triage(variant.triage).said}.")
-    if variant.fusion_sensitive:
-        shown = [f"`{c.tensor}`" for c in variant.fusion if not c.allclose]
-        lines.append("The difference is sensitive to fusion: the program run whole, as one "
-                     "graph, and run keeping every operation's result give other outputs"
-                     f"{' (' + ', '.join(shown) + ')' if shown else ''}; the outputs are judged "
-                     "as the program runs whole.")  # fmt: skip
-        if variant.fusion_nodes:
-            kept = ", ".join(f"`{_op_of(variant, n)}`" for n in variant.fusion_nodes)
-            lines[-1] += f" Keeping the result of {kept} alone is enough to change them."
-    own = variant.own_divergence.get(root.comparison.target, "")
-    if own is None:
-        lines.append("Run one at a time on CPU's inputs, no operation has an error of its own "
-                     "beyond the bound: what differs is carried from earlier ones.")  # fmt: skip
-    elif own:
-        lines.append(f"Run one at a time on CPU's inputs, `{_op_of(variant, own)}` is the first "
-                     "whose own error is beyond the bound.")  # fmt: skip
-    return lines
-
-
-def _op_of(variant: VariantResult, tensor: str) -> str:
-    """A recorded result by its op (and the user's line), as the stages described it."""
-    for stage in variant.stages:
-        if info := stage.described.get(tensor):
-            where = f"` at `{plain(info['source'])}" if info.get("source") else ""
-            return f"{info.get('op', tensor)}{where}"
-    return tensor
+        return [f"Run again more precisely, the mismatch {Triage(variant.triage).said}."]
+    return []
 
 
 def witnesses(c: Comparison, target: str, reference: str) -> Table | None:
@@ -359,11 +334,7 @@ def _finite(number: float | None) -> bool:
 
 
 def _context(summary: RunSummary, first: VariantResult) -> tuple[Text, ...]:
-    lines = []
-    if "program" in first.variant:
-        lines.append("Found in a model: every operation of its program run on CPU, on "
-                     "XLA and in float64, each XLA result judged by its error against float64 "
-                     "beside CPU's.")  # fmt: skip
+    lines = [found_with()]
     graph = summary.minimized.graph if summary.minimized is not None else None
     if graph is not None and graph.short_inputs == "random":
         lines.append("The table above holds the model's own inputs' results; the repro draws "

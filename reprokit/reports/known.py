@@ -1,9 +1,27 @@
-"""Whether a bug is already known: a root or an op sweep's group matched against the known
-bugs reprokit ships and the user's own (the known-bugs file), said as an issue's line."""
+"""Whether a bug is already known, said as an issue says it: a captured program's root matched
+against the known bugs reprokit ships and the user's own (reprokit.infra.known)."""
 
 from __future__ import annotations
 
+from reprokit.infra.known import match
 
-def known_line(*, op: str, dtype: str, kind: str, grad: bool) -> str | None:
-    """"Known: ..." with where it is known and the text to add there, or None when new."""
-    return None
+
+def known_line(*, op: str, dtype: str, kind: str, grad: bool | None) -> str | None:
+    """"Known: ..." with where, and the text to add there as a comment instead of a new issue;
+    None when no entry fits. A forward and its gradient together (``grad`` None) are known as
+    the forward's entry, else the gradient's."""
+    dtypes = (dtype,) if dtype else ()
+    tried = (False, True, None) if grad is None else (grad, None)
+    found = next((k for g in tried if (k := match(op, dtypes=dtypes, kind=kind, grad=g))), None)
+    if found is None:
+        return None
+    seen = f"`{op}` in {dtype}" if dtype else f"`{op}`"
+    if found.upstream and found.state == "closed":
+        return (f"Known: {found.title} ({found.upstream}, closed). Check that your torch_xla "
+                "release has the fix before filing it again.")  # fmt: skip
+    if found.upstream:
+        return (f"Known: {found.title} ({found.where}). Add to that issue rather than filing "
+                f"a new one: “{found.comment(seen)}”")  # fmt: skip
+    return (f"Known to reprokit: {found.title} (written up in its {found.where}), not found "
+            "among pytorch/xla's issues when it was written up: this would be its first "
+            "report there.")  # fmt: skip

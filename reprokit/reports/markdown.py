@@ -113,7 +113,8 @@ def _markdown(report: Report, budget: Budget) -> str:
 def _issue(report: Report, found: Issue) -> str:
     """The issue a maintainer reads, in pytorch/xla's bug template: its title first (for the
     title field), the bug with its values, the repro and its output, expected values."""
-    parts = [f"# {found.title}", "", f"## {BUG_HEADING}", "", *_paragraphs(found.bug[:1])]
+    parts = [f"# {found.title}", ""] + ([f"> {found.known}", ""] if found.known else [])
+    parts += [f"## {BUG_HEADING}", "", *_paragraphs(found.bug[:1])]
     if found.witnesses is not None:  # the values first, then how far to trust the verdict
         parts += [*table(found.witnesses), ""]
     parts += _paragraphs(found.bug[1:])

@@ -197,6 +197,7 @@ class Issue:
     not_run: Text | None  # the backends this run could not try (a TPU, a GPU)
     hlo: tuple[Script, ...] = ()  # the HLO that shows whose it is (reprokit.tools.whose)
     name: str = ""  # a root issue's file name under issues/ (reprokit.reports.root_issues)
+    known: Text | None = None  # where the bug is already known, and the comment to add there
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,14 @@ from pathlib import Path
 
 from reprokit.comparison.roots import described, roots, rounding
 from reprokit.records import Root, VariantResult
-from reprokit.records.folder import ISSUES, RunFolder
+from reprokit.records.folder import RunFolder
 from reprokit.records.issues import RootRepro, Seen, read_index
 from reprokit.reports.evidence import plain
 from reprokit.reports.model import Cell, Issue, Script, Table, Text
 
 # What a known bug's entry says, given the op, the dtypes, the kind, forward or gradient
 Known = Callable[..., Text | None]
+KINDS = ("shape", "dtype", "nan-inf", "value")  # the worst first
 GRADIENT = " gradient"  # the repro's name of a result's gradient: "softplus gradient"
 
 
@@ -54,21 +55,24 @@ def _issue(
     seen = [s for s in repro.seen() if s.differs]
     op = _op(repro.op)
     dtype = _dtype(variant, mine[0])
-    gradient = any(s.name.endswith(GRADIENT) for s in seen)
-    said = known(op=op, dtype=dtype, kind=mine[0].kind, grad=gradient) if known else None
-    text = (folder / ISSUES / repro.slug / "repro.py").read_text("utf-8")
+    forward = any(not s.name.endswith(GRADIENT) for s in seen)
+    grad = None if forward and len(seen) > 1 else not forward
+    kind = min((r.kind for r in mine), key=lambda k: KINDS.index(k) if k in KINDS else 9)
+    said = known(op=op, dtype=dtype, kind=kind, grad=grad) if known else None
+    text = repro.script(folder).read_text("utf-8")
     return Issue(
         title=_title(op, dtype, seen),
-        bug=(_bug(variant, op, dtype, seen, mine), *([said] if said else ())),
+        bug=(_bug(variant, op, dtype, seen, mine),),
         witnesses=_witnesses(seen),
         others=(),
         repro=Script(variant.label, text, repro.lines, short=True),
         output=repro.output,
         elsewhere=None,
         expected=(_expected(seen),),
-        context=(f"Found with reprokit {_version()}.",),
+        context=(found_with(),),
         not_run=None,
         name=repro.slug,
+        known=said,
     )
 
 
@@ -165,8 +169,9 @@ def _expected(seen: list[Seen]) -> Text:
             + (f": {'; '.join(wants)}." if wants else "."))  # fmt: skip
 
 
-def _version() -> str:
+def found_with() -> Text:
+    """The one line of the tool an issue carries."""
     try:
-        return version("reprokit")
+        return f"Found with reprokit {version('reprokit')}."
     except PackageNotFoundError:
-        return "(from source)"
+        return "Found with reprokit."

@@ -1,4 +1,7 @@
-"""Each root of a captured program that differs, as a repro an issue carries inline.
+"""The repro of each root family of a captured program (torch: reprokit.tools.root_repro decides
+whether there is one to make, without it).
+
+Each root of a captured program that differs, as a repro an issue carries inline.
 
 The run recorded where each difference is born (a root: an operation that differs while its
 inputs agree, reprokit.comparison.roots) and the program holds that operation's call. So no
@@ -19,7 +22,6 @@ kept beside it; ``reprokit report`` reads them (reprokit.records.issues).
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import re
 from collections.abc import Callable, Iterable
@@ -33,15 +35,14 @@ from reprokit.comparison.roots import ROUNDING, described, roots, rounding
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import environment
 from reprokit.generate.templates import template_dirs
-from reprokit.records import Outcome, Root, VariantResult, read_summary
-from reprokit.records.folder import ISSUES, REPRO_OUT, SCRIPT, RunFolder
-from reprokit.records.issues import RootRepro, read_index, write_index
+from reprokit.records import Root, VariantResult
+from reprokit.records.folder import ISSUES, REPRO_OUT, SCRIPT
+from reprokit.records.issues import RootRepro
 from reprokit.runner.options import Options
 from reprokit.tools.minimize.graph.alone import run_alone
 from reprokit.tools.minimize.graph.script import _line
 
 TEMPLATE = "_root_repro.py.j2"
-TEMPLATES = ("exported_program", "training_program")
 MOST_LINES = 30  # with imports: what an issue shows without folding
 LITERAL = 8  # elements of an input written out as numbers
 STRATEGIES = ("constant", "range", "random")  # for inputs too large to write out
@@ -66,35 +67,6 @@ class Family:
         if not any(r.reaches or r.reaches is None for r in wrong):
             return "every result that reads it agrees: harmless to the outputs"
         return ""
-
-
-def write_root_repros(run_dir: Path, options: Options | None = None) -> None:
-    """For each captured program of the run that differs, each root family's repro, run alone;
-    kept in ``<label>/issues/`` (made again only for another summary.json). A folder with no
-    readable summary.json (an op sweep's, a broken one) is the report's to judge."""
-    made_for = _digest(Path(run_dir))
-    try:
-        summary = read_summary(Path(run_dir))
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    if summary.minimized is not None:  # a minimize folder: its short repro is the issue's
-        return
-    for variant in summary.variants:
-        folder = RunFolder(Path(run_dir)).variant(variant.label).path
-        if not _wanted(variant) or read_index(folder, made_for) is not None:
-            continue
-        repros = variant_repros(variant, folder, options or Options())
-        write_index(folder, made_for, repros)
-
-
-def _wanted(variant: VariantResult) -> bool:
-    template = variant.variant.get("program") and variant.outcome is Outcome.MISMATCH
-    return bool(template) and bool(roots(variant))
-
-
-def _digest(run_dir: Path) -> str:
-    summary = RunFolder(run_dir).summary
-    return hashlib.sha256(summary.read_bytes()).hexdigest()[:16] if summary.is_file() else ""
 
 
 def variant_repros(variant: VariantResult, folder: Path, options: Options) -> list[RootRepro]:
