@@ -20,6 +20,17 @@ The number is the exit status as Python's ``subprocess`` gives it: negative for 
 (-6 SIGABRT, -8 SIGFPE, -11 SIGSEGV). A run past ``--timeout`` is TERMed then KILLed (its whole
 process group) and shows ``timeout``.
 
+An uncaught Python exception also exits 1, and that is usually the repro failing, not the bug
+showing (a missing file beside it, a missing module): such a row is not ok, and its note names
+the exception. A report whose bug is itself an uncaught exception says so::
+
+    <!-- expect-exit: 1 raises -->
+
+A repro that needs modules the venv may lack (torchax, jax) names them; where one is missing
+the row is ``skip`` (neither ok nor failed) instead of a false 1::
+
+    <!-- needs-modules: torchax jax -->
+
     python bench/examples.py [-k SUBSTRING ...] [--timeout 300] [-j 1]
 """
 
@@ -42,9 +53,17 @@ EXAMPLES = ROOT / "docs" / "examples"
 PYTHON = ROOT / ".venv" / "bin" / "python"
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PJRT_DEVICE": "CPU"}
 
-_ISSUE_HEADING = re.compile(r"^## The issue\s*$", re.MULTILINE)
+_ISSUE_HEADING = re.compile(r"^## The issue\b.*$", re.MULTILINE)
 _PYTHON_BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
-_EXPECT = re.compile(r"<!--\s*expect-exit:\s*(-?\d+)\s*-->")
+_EXPECT = re.compile(r"<!--\s*expect-exit:\s*(-?\d+)(\s+raises)?\s*-->")
+_NEEDS = re.compile(r"<!--\s*needs-modules:\s*([\w. ]+?)\s*-->")
+_RAISED = re.compile(
+    r"^Traceback \(most recent call last\):$.*?^(\w[\w.]*(?:Error|Exception|Interrupt)\b.*)$",
+    re.MULTILINE | re.DOTALL,
+)
+_PROBE = (
+    "import importlib.util as u, sys; print(*(n for n in sys.argv[1:] if u.find_spec(n) is None))"
+)
 
 
 @dataclass(frozen=True)
@@ -52,14 +71,25 @@ class Outcome:
     """One report's repro, run alone."""
 
     report: str
-    code: int | None  # None: killed at the timeout
+    code: int | None  # None: killed at the timeout; also None when skipped
     expected: int
     seconds: float
     tail: str  # the last lines of what it printed, for a row that is not ok
+    raised: str = ""  # the uncaught exception's line, where it printed a traceback
+    may_raise: bool = False  # the report says its bug is an uncaught exception
+    skipped: str = ""  # why it was not run (a module it needs is missing)
 
     @property
     def ok(self) -> bool:
-        return self.code == self.expected
+        return self.code == self.expected and (not self.raised or self.may_raise)
+
+    @property
+    def verdict(self) -> str:
+        return "skip" if self.skipped else ("ok" if self.ok else "NO")
+
+    @property
+    def note(self) -> str:
+        return self.skipped or (f"raised {self.raised[:60]}" if self.raised else "")
 
 
 def repro_of(report: Path) -> str:
@@ -74,10 +104,23 @@ def repro_of(report: Path) -> str:
     return block.group(1)
 
 
-def expected_exit(report: Path) -> int:
-    """The report's ``<!-- expect-exit: N -->``, else 1 (XLA differs)."""
+def expected_exit(report: Path) -> tuple[int, bool]:
+    """The report's ``<!-- expect-exit: N [raises] -->``, else 1 (XLA differs), no raise."""
     found = _EXPECT.search(report.read_text())
-    return int(found.group(1)) if found else 1
+    return (int(found.group(1)), bool(found.group(2))) if found else (1, False)
+
+
+def missing_modules(report: Path) -> list[str]:
+    """The modules of the report's ``<!-- needs-modules: ... -->`` that the venv lacks."""
+    found = _NEEDS.search(report.read_text())
+    if found is None:
+        return []
+    names = found.group(1).split()
+    probe = [str(PYTHON), "-I", "-c", _PROBE, *names]
+    out = subprocess.run(
+        probe, env=ENV, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+    )
+    return out.stdout.split()
 
 
 def run_alone(report: Path, *, timeout: float = 300.0) -> Outcome:
@@ -87,6 +130,10 @@ def run_alone(report: Path, *, timeout: float = 300.0) -> Outcome:
     everything it started (an xmp.spawn repro starts processes of its own).
     """
     code_text = repro_of(report)
+    expected, may_raise = expected_exit(report)
+    missing = missing_modules(report)
+    if missing:
+        return Outcome(report.stem, None, expected, 0.0, "", skipped=f"no {', '.join(missing)}")
     with tempfile.TemporaryDirectory(prefix="repro-") as folder:
         script = Path(folder, "repro.py")
         script.write_text(code_text)
@@ -108,8 +155,18 @@ def run_alone(report: Path, *, timeout: float = 300.0) -> Outcome:
                 _stop_group(child)
                 code = None
         seconds = time.perf_counter() - start
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-5:])
-    return Outcome(report.stem, code, expected_exit(report), seconds, tail)
+        output = log.read_text(errors="replace")
+    raised = _RAISED.search(output)
+    tail = "\n".join(output.splitlines()[-5:])
+    return Outcome(
+        report.stem,
+        code,
+        expected,
+        seconds,
+        tail,
+        raised=raised.group(1).strip() if raised else "",
+        may_raise=may_raise,
+    )
 
 
 def _stop_group(child: subprocess.Popen[bytes]) -> None:
@@ -129,18 +186,20 @@ def _stop_group(child: subprocess.Popen[bytes]) -> None:
 def table(outcomes: list[Outcome]) -> str:
     """A Markdown table, one row per report."""
     width = max(len(o.report) for o in outcomes)
-    rows = [f"| {'report':<{width}} | exit | expected | seconds | ok |"]
-    rows.append(f"| {'-' * width} | ---: | -------: | ------: | -- |")
+    rows = [f"| {'report':<{width}} | exit | expected | seconds | ok | note |"]
+    rows.append(f"| {'-' * width} | ---: | -------: | ------: | -- | ---- |")
     for o in outcomes:
-        code = "timeout" if o.code is None else str(o.code)
-        ok = "ok" if o.ok else "NO"
-        rows.append(f"| {o.report:<{width}} | {code:>4} | {o.expected:>8} | {o.seconds:7.1f} | {ok} |")
+        code = "-" if o.skipped else ("timeout" if o.code is None else str(o.code))
+        rows.append(
+            f"| {o.report:<{width}} | {code:>4} | {o.expected:>8} | {o.seconds:7.1f} "
+            f"| {o.verdict} | {o.note} |"
+        )
     return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-k", action="append", default=[], help="only reports whose name holds this")
+    parser.add_argument("-k", action="append", default=[], help="only names holding this")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per repro")
     parser.add_argument("-j", type=int, default=1, help="repros run at once")
     args = parser.parse_args(argv)
@@ -153,10 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=args.j) as pool:
         outcomes = list(pool.map(lambda r: run_alone(r, timeout=args.timeout), reports))
     print(table(outcomes))
-    bad = [o for o in outcomes if not o.ok]
+    bad = [o for o in outcomes if not o.ok and not o.skipped]
     for o in bad:
         print(f"\n{o.report}: exit {o.code}, expected {o.expected}; its last lines:\n{o.tail}")
-    print(f"\n{len(outcomes) - len(bad)} of {len(outcomes)} ok")
+    skipped = sum(bool(o.skipped) for o in outcomes)
+    print(f"\n{len(outcomes) - len(bad) - skipped} of {len(outcomes)} ok, {skipped} skipped")
     return 1 if bad else 0
 
 
