@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+import tomli_w
 
 from reprokit.environment.specs import parse_env
 from reprokit.environment.uv import env_python
@@ -53,8 +56,26 @@ def prepare(
     variant.copy_files(folder, link=True)
     case, carried = variant.case.path, where.case  # merge judges it again from here
     if case.is_file() and not (carried.exists() and carried.samefile(case)):
-        shutil.copyfile(case, carried)
+        carried.write_text(carried_case(variant, case.read_text("utf-8")), encoding="utf-8")
     return Prepared(variant, folder, python)
+
+
+def carried_case(variant: Variant, text: str) -> str:
+    """The case file ``text`` as ``variant`` ran it: its matrix values and ``--set`` values
+    written into ``[params]`` (the matrix dropped, a file by its name: it lies beside), so
+    that ``reprokit minimize`` or ``run`` of ``RUN_DIR/<label>/case.toml`` is this variant
+    again; the file as it was (its comments kept) where nothing was chosen."""
+    chosen = {**variant.choice, **variant.sets}
+    if not chosen:
+        return text
+    data = tomllib.loads(text)
+    data.pop("matrix", None)
+    kinds = variant.template.params
+    for key, value in chosen.items():
+        named = key in kinds and kinds[key].type == "file" and value
+        data.setdefault("params", {})[key] = Path(value).name if named else value
+    head = f"# {variant.case.path.name} as `reprokit run` ran {variant.label}: its matrix and\n"
+    return head + "# --set values are in [params].\n" + tomli_w.dumps(data)
 
 
 def in_stage_env(job: StageJob) -> StageJob:

@@ -390,7 +390,12 @@ class _Server:
         """Ask for the stage's child; its pipes' read ends, and when it was asked for."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         out, err = os.pipe(), os.pipe()
-        request = {"script": how.command[1], "argv": how.command[1:], "cwd": str(how.cwd)}
+        # the server runs in a folder of its own: a relative cwd (`-o runs/x`) is the run's
+        request = {
+            "script": how.command[1],
+            "argv": how.command[1:],
+            "cwd": os.path.abspath(how.cwd),
+        }
         message = json.dumps(request | {"env": how.env}).encode()
         begun, failed = time.monotonic(), None
         try:

@@ -17,8 +17,9 @@ module's, its own, the interpreter) changed since it started: it answers that ru
 
 Protocol. A run connects (SOCK_SEQPACKET; only a process of the server's own user is served)
 and is greeted ``{"ready": PID}``. A request is one message on that connection: JSON
-``{"script", "argv", "cwd", "env"}`` with three descriptors (a socket for this stage, the
-write ends of its stdout and stderr pipes). On the stage's socket the server answers ``{"pid":
+``{"script", "argv", "cwd", "env"}`` (``cwd`` absolute: the server runs in ``/``, not where
+the run does; ``script`` relative to ``cwd``) with three descriptors (a socket for this stage,
+the write ends of its stdout and stderr pipes). On the stage's socket the server answers ``{"pid":
 N}``, then ``{"exited": true}`` once the child has exited (seen with ``waitid(WNOWAIT)``: not
 reaped, so that its pid, the id of its process group, stays taken while the harness kills the
 group), and, when the harness sends ``reap``, ``{"returncode": R}`` as Popen gives it (-N:
