@@ -58,6 +58,8 @@ def _issue(
     forward = any(not s.name.endswith(GRADIENT) for s in seen)
     grad = None if forward and len(seen) > 1 else not forward
     kind = min((r.kind for r in mine), key=lambda k: KINDS.index(k) if k in KINDS else 9)
+    if kind == "value" and any(_nonfinite(v) for s in seen for row in s.rows for v in row[1:]):
+        kind = "nan-inf"  # as the op sweep says it: -inf on CPU where XLA is finite too
     said = known(op=op, dtype=dtype, kind=kind, grad=grad) if known else None
     text = repro.script(folder).read_text("utf-8")
     return Issue(
@@ -124,6 +126,10 @@ def _symptom(seen: Seen) -> str:
 def number(printed: str) -> str:
     """A value as the repro printed it, NaN spelled as a maintainer reads it."""
     return {"nan": "NaN", "-nan": "NaN"}.get(printed, printed)
+
+
+def _nonfinite(printed: str) -> bool:
+    return printed.lstrip("-") in ("inf", "nan")
 
 
 def _near(a: str, b: str) -> bool:

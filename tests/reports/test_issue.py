@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -79,6 +80,12 @@ def test_nan_inf_and_minus_inf_results_give_every_format_and_values(cli, capture
     alone = runs_alone(text, tmp_path / "alone")
     assert alone.returncode == 1, alone.stdout + alone.stderr
     assert "XLA DIFFERS" in alone.stdout and "float64" in alone.stdout
+    # where the repro itself cannot run (no torch_xla), one line and exit 2, not 1
+    hide = "import sys, runpy; sys.modules['torch_xla'] = None; runpy.run_path('repro.py')"
+    hidden = subprocess.run([sys.executable, "-I", "-c", hide], cwd=tmp_path / "alone",
+                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert hidden.returncode == 2, hidden.stdout + hidden.stderr
+    assert hidden.stdout.startswith("cannot run: ") and hidden.stdout.count("\n") == 1
     page = (tmp_path / "run" / "report.html").read_text()
     assert "NaN" in page and "<svg" in page
     json.loads((tmp_path / "run" / "report.json").read_text())

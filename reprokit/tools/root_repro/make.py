@@ -45,7 +45,9 @@ from reprokit.tools.minimize.graph.script import _line
 TEMPLATE = "_root_repro.py.j2"
 MOST_LINES = 30  # with imports: what an issue shows without folding
 LITERAL = 8  # elements of an input written out as numbers
-STRATEGIES = ("constant", "range", "random")  # for inputs too large to write out
+# For inputs too large to write out; "nonfinite": an input with NaN or infinities as a constant
+# of its first such value (a fully masked row: every element -inf)
+STRATEGIES = ("constant", "nonfinite", "range", "random")
 SEVERITY = ("shape", "dtype", "nan-inf", "value")  # the worst first
 
 
@@ -256,14 +258,15 @@ def _input(name: str, value: Any, strategy: str, at: tuple[int, ...] | None) -> 
     made = {"var": _var(name), "dtype": dtype, "shape": shape}
     flat = value.flatten()
     if value.numel() <= LITERAL:
-        return made | {"kind": "literal", "numbers": [(v) for v in flat.tolist()]}
+        return made | {"kind": "literal", "numbers": flat.tolist()}
     if bool((flat == flat[0]).all()):
         return made | {"kind": "full", "value": flat[0].item()}
-    if strategy == "constant":
-        return made | {"kind": "full", "value": _constant(value, at)}
     finite = flat[flat.isfinite()] if value.is_floating_point() else flat
-    low, high = ((finite.min().item()), (finite.max().item())) if finite.numel() \
-        else (0, 0)  # fmt: skip
+    if strategy == "nonfinite" and finite.numel() < flat.numel():
+        return made | {"kind": "full", "value": flat[~flat.isfinite()][0].item()}
+    if strategy in ("constant", "nonfinite"):
+        return made | {"kind": "full", "value": _constant(value, at)}
+    low, high = (finite.min().item(), finite.max().item()) if finite.numel() else (0, 0)
     if not value.is_floating_point():
         return made | {"kind": "randint", "low": int(low), "high": int(high) + 1}
     if strategy == "range":
@@ -280,7 +283,7 @@ def _constant(value: Any, at: tuple[int, ...] | None) -> Any:
         return value[at].item()
     flat = value.flatten()
     flat = flat[flat.isfinite()] if value.is_floating_point() else flat
-    return (flat.double().median().item()) if flat.numel() else 0
+    return flat.double().median().item() if flat.numel() else 0
 
 
 def _round(x: float) -> float:
