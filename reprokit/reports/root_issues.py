@@ -95,8 +95,9 @@ def _title(op: str, dtype: str, seen: list[Seen]) -> Text:
     gradient where CPU's is 1."""
     lead = f"{dtype} " if dtype.startswith(("float", "bfloat")) else ""
     first, *rest = seen
-    name = first.name if not first.name.endswith(GRADIENT) else f"{op}{GRADIENT}"
-    text = f"{lead}`{name}` on XLA {_symptom(first)}"
+    if first.name.endswith(GRADIENT):  # the forward agrees
+        return f"{lead}gradient of `{op}` on XLA is {_gradient(first)}"
+    text = f"{lead}`{first.name}` on XLA {_symptom(first)}"
     for other in rest[:1]:
         text += f", and a gradient of {_gradient(other)}" if other.name.endswith(GRADIENT) \
             else f", and `{other.name}` {_symptom(other)}"  # fmt: skip
@@ -141,8 +142,10 @@ def _near(a: str, b: str) -> bool:
 
 
 def _bug(variant: VariantResult, op: str, dtype: str, seen: list[Seen], mine: list[Root]) -> Text:
-    said = {r.tensor: described(variant, r.target).get(r.tensor, {}) for r in mine}
+    told = described(variant, mine[0].target)
+    said = {r.tensor: told.get(r.tensor, {}) for r in mine}
     info = next((i for i in said.values() if not i.get("forward")), said[mine[0].tensor])
+    info = told.get(info.get("forward", ""), info)  # a gradient's root: its forward's inputs
     shapes = " and ".join("x".join(map(str, s)) or "a scalar" for s in info.get("reads", ()))
     of = f" of {dtype + ' ' if dtype else ''}{shapes}" if shapes else ""
     parts = [f"its gradient, by autograd, is {_gradient(s)} ({s.counts})"
