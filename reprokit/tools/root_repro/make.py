@@ -23,6 +23,7 @@ kept beside it; ``reprokit report`` reads them (reprokit.records.issues).
 from __future__ import annotations
 
 import operator
+import os
 import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +81,8 @@ def variant_repros(variant: VariantResult, folder: Path, options: Options) -> li
     families = sorted(_families(variant, original), key=_severity)
     dtype = variant.variant.get("dtype", "captured")
     slugs = _slugs(original, families)
-    with ThreadPoolExecutor(max(1, min(options.jobs or 1, 2))) as pool:  # two at most: XLA
+    # two repros at once at most: each is a fresh interpreter compiling for XLA
+    with ThreadPoolExecutor(min(2, os.cpu_count() or 1)) as pool:
 
         def made(at: int) -> RootRepro:
             return _repro(families[at], slugs[at], original, variant, dtype, folder, options)
