@@ -29,10 +29,13 @@ class RootRepro:
     returncode: int | None = None  # run alone: 1 XLA differs, 0 agrees, else it cannot tell
     output: str = ""  # the command, what it printed, its exit code
     why_not: str = ""  # when no repro could be written, why
+    dtypes: tuple[str, ...] = ()  # its inputs'
 
     @property
     def shows(self) -> bool:
-        return self.returncode == 1 and "XLA DIFFERS" in self.output
+        """It printed XLA DIFFERS and exited 1 alone (and showed the model's difference: a
+        repro of another difference says so in ``why_not``)."""
+        return self.returncode == 1 and "XLA DIFFERS" in self.output and not self.why_not
 
     def seen(self) -> tuple[Seen, ...]:
         """Each result the repro judged, as it printed it run alone."""
@@ -51,11 +54,11 @@ class RootRepro:
         return Path(variant_dir) / ISSUES / self.slug / SCRIPT
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"roots": list(self.roots)}
+        return asdict(self) | {"roots": list(self.roots), "dtypes": list(self.dtypes)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RootRepro:
-        return from_json(cls, data, roots=tuple)
+        return from_json(cls, data, roots=tuple, dtypes=tuple)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def _issue(
 ) -> Issue:
     seen = [s for s in repro.seen() if s.differs]
     op = _op(repro.op)
-    dtype = _dtype(variant, mine[0])
+    dtype = _dtype(repro, variant, mine[0])
     forward = any(not s.name.endswith(GRADIENT) for s in seen)
     grad = None if forward and len(seen) > 1 else not forward
     kind = min((r.kind for r in mine), key=lambda k: KINDS.index(k) if k in KINDS else 9)
@@ -84,7 +84,10 @@ def _op(op: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] == "aten" else op
 
 
-def _dtype(variant: VariantResult, root: Root) -> str:
+def _dtype(repro: RootRepro, variant: VariantResult, root: Root) -> str:
+    """The op's floating input dtype (the repro's), else its result's."""
+    if floating := [d for d in repro.dtypes if d.startswith(("float", "bfloat"))]:
+        return floating[0]
     found = next((c for c in variant.comparisons
                   if c.tensor == root.tensor and c.target == root.target), None)  # fmt: skip
     return found.dtype if found is not None and found.dtype else ""

@@ -22,6 +22,7 @@ kept beside it; ``reprokit report`` reads them (reprokit.records.issues).
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 import re
@@ -48,7 +49,9 @@ MOST_LINES = 30  # with imports: what an issue shows without folding
 LITERAL = 8  # elements of an input written out as numbers
 # For inputs too large to write out; "nonfinite": an input with NaN or infinities as a constant
 # of its first such value (a fully masked row: every element -inf)
-STRATEGIES = ("constant", "nonfinite", "range", "random")
+# "kept": random values with the input's few NaN and infinities where they were
+STRATEGIES = ("constant", "nonfinite", "kept", "range", "random")
+KEPT = 8  # non-finite elements an input may have for "kept": one line of indices each value
 SEVERITY = ("shape", "dtype", "nan-inf", "value")  # the worst first
 
 
@@ -172,15 +175,54 @@ def _repro(
         return replace(record, why_not=error.message)
     where = folder / ISSUES / slug
     where.mkdir(parents=True, exist_ok=True)
-    for inputs, text in scripts:
+    for inputs, text, dtypes in scripts:
         ran = run_alone(lambda d, t=text: (d / SCRIPT).write_text(t, "utf-8"), options, where)
         record = replace(record, inputs=inputs, lines=_count(text), returncode=ran.returncode,
-                         output=ran.transcript(options.xla_device))  # fmt: skip
+                         output=ran.transcript(options.xla_device), why_not="",
+                         dtypes=dtypes)  # fmt: skip
         (where / SCRIPT).write_text(text, "utf-8")
         (where / REPRO_OUT).write_text(record.output, "utf-8")
-        if record.shows:
-            break
+        if record.shows and same_symptom(record, _witnesses(variant, family)):
+            return record
+        if record.shows:  # another difference of the op (ties of a constant's argmax)
+            record = replace(record, why_not="its repro shows another difference than the model's")
     return record
+
+
+def _witnesses(variant: VariantResult, family: Family) -> list[tuple[float, float, bool]]:
+    """The model's worst elements of the family's roots: CPU's value, XLA's, a gradient's."""
+    grads = {r.tensor for r in family.roots if ".bwd." in r.tensor}
+    return [(w.reference, w.target, c.tensor in grads)
+            for r in family.roots for c in variant.comparisons
+            if c.tensor == r.tensor and c.target == r.target for w in c.worst]  # fmt: skip
+
+
+def same_symptom(record: RootRepro, model: list[tuple[float, float, bool]]) -> bool:
+    """Whether the repro shows the model's difference, not another of the same op (argmax of a
+    constant: ties): at an element it prints, XLA's value is of the class it was in the model
+    (NaN, inf, -inf or a number), and CPU's within 5% of the model's there. A gradient's CPU
+    values depend on the gradient flowing in (ones in the repro): only XLA's class counts.
+    Another dtype or shape, or a model without witnesses, is the same by its kind."""
+    differing = [s for s in record.seen() if s.differs]
+    if not model or any(not s.rows for s in differing):
+        return bool(differing)
+    for seen in differing:
+        gradient = seen.name.endswith(" gradient")
+        for _, cpu, _, xla in seen.rows:
+            for ours, theirs, of_gradient in model:
+                if gradient != of_gradient or _class(float(xla)) != _class(theirs):
+                    continue
+                if gradient or _near(float(cpu), ours):
+                    return True
+    return False
+
+
+def _class(x: float) -> str:
+    return "nan" if math.isnan(x) else str(x) if math.isinf(x) else "number"
+
+
+def _near(a: float, b: float) -> bool:
+    return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 0.05 * abs(b))
 
 
 def _slugs(original: program.Original, families: list[Family]) -> list[str]:
@@ -203,9 +245,9 @@ def _count(text: str) -> int:
 
 def _scripts(
     family: Family, original: program.Original, variant: VariantResult, dtype: str
-) -> Iterable[tuple[str, str]]:
-    """(how the inputs are made, the script) for each strategy worth trying, the plainest
-    first: one only when every input is small enough to write out."""
+) -> Iterable[tuple[str, str, tuple[str, ...]]]:
+    """(how the inputs are made, the script, the inputs' dtypes) for each strategy worth
+    trying, the plainest first: one only when every input is small enough to write out."""
     lines, reads = _calls(original, family.node)
     values = {n: _cast(original.values[n], dtype) for n in reads}
     at = _witness_index(variant, family)
@@ -221,7 +263,7 @@ def _scripts(
         tried.add(text)
         if _count(text) > MOST_LINES:
             raise ReprokitError(f"the repro of {family.node} needs {_count(text)} lines")
-        yield said, text
+        yield said, text, tuple(i["dtype"] for i in inputs)
 
 
 def _calls(original: program.Original, name: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -268,14 +310,39 @@ def _input(name: str, value: Any, strategy: str, at: tuple[int, ...] | None) -> 
         return made | {"kind": "full", "value": flat[~flat.isfinite()][0].item()}
     if strategy in ("constant", "nonfinite"):
         return made | {"kind": "full", "value": _constant(value, at)}
+    if strategy == "kept" and value.is_floating_point():
+        patches = _patches(value)
+        if patches:
+            return _drawn(made, finite) | {"patches": patches}
     low, high = (finite.min().item(), finite.max().item()) if finite.numel() else (0, 0)
     if not value.is_floating_point():
         return made | {"kind": "randint", "low": int(low), "high": int(high) + 1}
     if strategy == "range":
         return made | {"kind": "range", "low": low, "high": high, "numel": value.numel()}
+    return _drawn(made, finite)
+
+
+def _drawn(made: dict[str, Any], finite: Any) -> dict[str, Any]:
+    """Seeded random values of the finite values' mean and spread."""
     spread = finite.double()
-    mean, std = _round(spread.mean().item()), _round(spread.std().item())
+    mean = _round(spread.mean().item()) if spread.numel() else 0.0
+    std = _round(spread.std().item()) if spread.numel() > 1 else 1.0
     return made | {"kind": "randn", "mean": mean, "std": std}
+
+
+def _patches(value: Any) -> list[dict[str, Any]]:
+    """The input's NaN and infinities as (indices, value) per value, when there are at most
+    KEPT of them: written back over random values, they keep a masked row's -inf or a NaN
+    logit where the model had it."""
+
+    odd = (~value.isfinite()).nonzero()
+    if not 0 < len(odd) <= KEPT:
+        return []
+    patches: dict[str, list[list[int]]] = {}
+    for index in odd.tolist():
+        patches.setdefault(str(value[tuple(index)].item()), []).append(index)
+    return [{"index": tuple(list(axis) for axis in zip(*indices, strict=True)),
+             "value": float(number)} for number, indices in patches.items()]  # fmt: skip
 
 
 def _constant(value: Any, at: tuple[int, ...] | None) -> Any:
