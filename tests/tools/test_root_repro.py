@@ -18,11 +18,13 @@ def printed(*lines: str) -> RootRepro:
 
 
 def test_a_repro_of_another_difference_of_the_op_is_not_the_models():
-    model = [(3.0, 4.0, False)]  # CPU gave the NaN's index 3, XLA 4
-    ties = printed("  at [0]: CPU 0, float64 0, XLA 9", "argmax: XLA DIFFERS (4 of 4 elements)")
-    assert not same_symptom(ties, model)
-    kept = printed("  at [1]: CPU 3, float64 3, XLA 4", "argmax: XLA DIFFERS (1 of 4 elements)")
-    assert same_symptom(kept, model)
+    model = [(3.855, math.inf, False)]  # softplus: inf where CPU gives 3.855
+    elsewhere = printed("  at [0]: CPU 65504, float64 70000, XLA inf",
+                        "softplus: XLA DIFFERS (4 of 4 elements)")  # fmt: skip
+    assert not same_symptom(elsewhere, model)  # an overflow of the made input's own
+    values = printed("  at [1]: CPU 0.38, float64 0.38, XLA 0.4",
+                     "upsample_bilinear2d: XLA DIFFERS (1 of 4 elements)")  # fmt: skip
+    assert same_symptom(values, [(20.9, 23.4, False)])  # numbers: the made inputs' own values
 
 
 def test_the_class_of_xlas_value_must_be_the_models_and_a_gradient_counts_by_class_alone():

@@ -198,11 +198,13 @@ def _witnesses(variant: VariantResult, family: Family) -> list[tuple[float, floa
 
 
 def same_symptom(record: RootRepro, model: list[tuple[float, float, bool]]) -> bool:
-    """Whether the repro shows the model's difference, not another of the same op (argmax of a
-    constant: ties): at an element it prints, XLA's value is of the class it was in the model
-    (NaN, inf, -inf or a number), and CPU's within 5% of the model's there. A gradient's CPU
-    values depend on the gradient flowing in (ones in the repro): only XLA's class counts.
-    Another dtype or shape, or a model without witnesses, is the same by its kind."""
+    """Whether the repro shows the model's difference, not another of the same op: at an
+    element it prints, XLA's value is of the class it was in the model (NaN, inf, -inf or a
+    number), and where that class is NaN or an infinity, CPU's within 5% of the model's there
+    (a made input that overflows elsewhere is another difference). A gradient's CPU values
+    depend on the gradient flowing in (ones in the repro), and a number's on the made inputs:
+    only XLA's class counts for them. Another dtype or shape, or a model without witnesses,
+    is the same by its kind."""
     differing = [s for s in record.seen() if s.differs]
     if not model or any(not s.rows for s in differing):
         return bool(differing)
@@ -212,7 +214,7 @@ def same_symptom(record: RootRepro, model: list[tuple[float, float, bool]]) -> b
             for ours, theirs, of_gradient in model:
                 if gradient != of_gradient or _class(float(xla)) != _class(theirs):
                     continue
-                if gradient or _near(float(cpu), ours):
+                if gradient or _class(theirs) == "number" or _near(float(cpu), ours):
                     return True
     return False
 
