@@ -50,7 +50,7 @@ LITERAL = 8  # elements of an input written out as numbers
 # For inputs too large to write out; "nonfinite": an input with NaN or infinities as a constant
 # of its first such value (a fully masked row: every element -inf)
 # "kept": random values with the input's few NaN and infinities where they were
-STRATEGIES = ("constant", "nonfinite", "kept", "range", "random")
+STRATEGIES = ("constant", "nonfinite", "range", "kept", "random")
 KEPT = 8  # non-finite elements an input may have for "kept": one line of indices each value
 SEVERITY = ("shape", "dtype", "nan-inf", "value")  # the worst first
 
@@ -256,6 +256,8 @@ def _scripts(
     tried: set[str] = set()
     for strategy in STRATEGIES:
         inputs = [_input(name, value, strategy, at) for name, value in values.items()]
+        if strategy == "kept" and not any(i.get("patches") for i in inputs):
+            continue  # no NaN or infinity to keep: it would be "random"
         kinds = {i["kind"] for i in inputs}
         said = strategy if kinds - {"literal", "full"} else "constant" if "full" in kinds \
             else "literal"  # fmt: skip
