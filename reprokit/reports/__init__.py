@@ -68,7 +68,7 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
     found = report.issue
     title = redact_text(found.title).replace("`", "") if found else None
-    known = found.known if found else None
+    known = (found.known or found.note) if found else None
     return Reports(summary, tuple(written), title, _next_step(summary, Path(run_dir), found), known)
 
 

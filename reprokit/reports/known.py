@@ -6,8 +6,10 @@ from __future__ import annotations
 from reprokit.infra.known import match
 
 
-def known_line(*, op: str, dtype: str, kind: str, grad: bool | None) -> str | None:
-    """"Known: ..." with where, and the text to add there as a comment instead of a new issue;
+def known_line(*, op: str, dtype: str, kind: str, grad: bool | None) -> tuple[str, bool] | None:
+    """"Known: ..." with where, and the text to add there as a comment instead of a new issue,
+    and whether it belongs in the issue (known upstream: the issue is a comment there) or is
+    for the user alone (written up by reprokit, not filed: the issue is its first report);
     None when no entry fits. A forward and its gradient together (``grad`` None) are known as
     the forward's entry, else the gradient's."""
     dtypes = (dtype,) if dtype else ()
@@ -18,10 +20,10 @@ def known_line(*, op: str, dtype: str, kind: str, grad: bool | None) -> str | No
     seen = f"`{op}` in {dtype}" if dtype else f"`{op}`"
     if found.upstream and found.state == "closed":
         return (f"Known: {found.title} ({found.upstream}, closed). Check that your torch_xla "
-                "release has the fix before filing it again.")  # fmt: skip
+                "release has the fix before filing it again."), True  # fmt: skip
     if found.upstream:
         return (f"Known: {found.title} ({found.where}). Add to that issue rather than filing "
-                f"a new one: “{found.comment(seen)}”")  # fmt: skip
+                f"a new one: “{found.comment(seen)}”"), True  # fmt: skip
     return (f"Known to reprokit: {found.title} (written up in its {found.where}), not found "
-            "among pytorch/xla's issues when it was written up: this would be its first "
-            "report there.")  # fmt: skip
+            "among pytorch/xla's issues when it was written up: report.md would be its first "
+            "report there."), False  # fmt: skip

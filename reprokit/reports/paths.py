@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 _NAME_GOES_ON = r"(?![\w.-])"  # /home/al is not a prefix of /home/alice
+VENV = "<venv>"  # a Python environment's folder (sys.prefix): its layout is the machine's
 # an installed package's file (torch's modules in a captured program's stack): from the
 # packages folder on, wherever the interpreter lives
 _PACKAGES = re.compile(r"(?<![\w.~-])/[^\s\"'`]*?/((?:site|dist)-packages)/")
@@ -26,6 +27,8 @@ def public_paths(
     run_dir: Path | str | None = None,
     home: Path | str | None = None,
     cwd: Path | str | None = None,
+    prefixes: Iterable[Path | str] = (),
+    named: Iterable[Path | str] = (),
 ) -> str:
     """``text`` with every path inside ``run_dir`` written relative to it
     (``/home/al/runs/seed/case/repro.py`` -> ``case/repro.py``) and every other path under
@@ -35,12 +38,19 @@ def public_paths(
     needs it. Folders are matched as given and as resolved (a symlinked home, a relative run
     folder). ``cwd``, the folder the command ran in: a path inside it is written relative to it
     (``/tmp/trial/models.py:build`` -> ``models.py:build``), as the user typed it, unless that
-    folder holds the home folder (``/``, ``/home``, home itself: ``~`` says it better)."""
+    folder holds the home folder (``/``, ``/home``, home itself: ``~`` says it better).
+    ``prefixes``: Python environments (``sys.prefix``), each written ``<venv>``
+    (``<venv>/bin/reprokit``). ``named``: other folders of the user's (a captured model's),
+    each written by its own name (``/data/al/models/mine.pt2`` -> ``models/mine.pt2``)."""
     for folder in _spellings(run_dir):
         text = re.sub(re.escape(folder) + "/+", "", text)
     text = _PACKAGES.sub(r"\1/", text)
+    for folder in _all_spellings(prefixes):
+        text = re.sub(re.escape(folder) + _NAME_GOES_ON, VENV, text)
     for folder in _spellings(cwd) if not _holds(cwd, home) else ():
         text = re.sub(re.escape(folder) + "/+", "", text)
+    for folder in _all_spellings(named):
+        text = re.sub(re.escape(folder) + _NAME_GOES_ON, Path(folder).name, text)
     for folder in _spellings(home):
         text = re.sub(re.escape(folder) + _NAME_GOES_ON, "~", text)
     return text
@@ -62,6 +72,12 @@ def _spellings(folder: Path | str | None) -> Iterable[str]:
     path = Path(folder).expanduser()
     found = {os.path.abspath(path).rstrip("/"), str(path.resolve()).rstrip("/")} - {""}
     return sorted(found, key=len, reverse=True)  # the root folder ("") is no one's layout
+
+
+def _all_spellings(folders: Iterable[Path | str]) -> list[str]:
+    """Every spelling of every folder, longest first: a folder inside another is replaced
+    before the one that holds it."""
+    return sorted({s for folder in folders for s in _spellings(folder)}, key=len, reverse=True)
 
 
 def user_home() -> Path | None:

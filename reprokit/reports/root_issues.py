@@ -22,8 +22,9 @@ from reprokit.records.issues import RootRepro, Seen, read_index
 from reprokit.reports.evidence import plain
 from reprokit.reports.model import Cell, Issue, Script, Table, Text
 
-# What a known bug's entry says, given the op, the dtypes, the kind, forward or gradient
-Known = Callable[..., Text | None]
+# What a known bug's entry says, given the op, the dtype, the kind, forward or gradient, and
+# whether that belongs in the issue (reprokit.reports.known.known_line)
+Known = Callable[..., tuple[Text, bool] | None]
 KINDS = ("shape", "dtype", "nan-inf", "value")  # the worst first
 GRADIENT = " gradient"  # the repro's name of a result's gradient: "softplus gradient"
 
@@ -74,7 +75,8 @@ def _issue(
         context=(found_with(),),
         not_run=None,
         name=repro.slug,
-        known=said,
+        known=said[0] if said and said[1] else None,
+        note=said[0] if said and not said[1] else None,
     )
 
 
