@@ -68,8 +68,16 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
     found = report.issue
     title = redact_text(found.title).replace("`", "") if found else None
-    known = (found.known or found.note) if found else None
+    known = _known(found)
     return Reports(summary, tuple(written), title, _next_step(summary, Path(run_dir), found), known)
+
+
+def _known(found: Issue | None) -> str | None:
+    """Where report.md's bug is known, for the command to say: upstream (leading the issue), or
+    written up by reprokit (a line of its context)."""
+    if found is None:
+        return None
+    return found.known or next((c for c in found.context if c.startswith("Known: ")), None)
 
 
 def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str | None:

@@ -8,8 +8,8 @@ from reprokit.infra.known import match
 
 def known_line(*, op: str, dtype: str, kind: str, grad: bool | None) -> tuple[str, bool] | None:
     """"Known: ..." with where, and the text to add there as a comment instead of a new issue,
-    and whether it belongs in the issue (known upstream: the issue is a comment there) or is
-    for the user alone (written up by reprokit, not filed: the issue is its first report);
+    and whether it leads the issue (known upstream: the issue is a comment there) or is a line
+    of its context (written up by reprokit, not filed: the issue is its first report);
     None when no entry fits. A forward and its gradient together (``grad`` None) are known as
     the forward's entry, else the gradient's."""
     dtypes = (dtype,) if dtype else ()
@@ -24,6 +24,5 @@ def known_line(*, op: str, dtype: str, kind: str, grad: bool | None) -> tuple[st
     if found.upstream:
         return (f"Known: {found.title} ({found.where}). Add to that issue rather than filing "
                 f"a new one: “{found.comment(seen)}”"), True  # fmt: skip
-    return (f"Known to reprokit: {found.title} (written up in its {found.where}), not found "
-            "among pytorch/xla's issues when it was written up: report.md would be its first "
-            "report there."), False  # fmt: skip
+    return (f"Known: {found.title}; written up in reprokit's {found.where}, not found among "
+            "pytorch/xla's issues when it was: this is its first report there."), False  # fmt: skip

@@ -198,7 +198,6 @@ class Issue:
     hlo: tuple[Script, ...] = ()  # the HLO that shows whose it is (reprokit.tools.whose)
     name: str = ""  # a root issue's file name under issues/ (reprokit.reports.root_issues)
     known: Text | None = None  # where the bug is already known, and the comment to add there
-    note: Text | None = None  # for the user, not the issue: reprokit knows it, not yet upstream
 
 
 @dataclass(frozen=True)

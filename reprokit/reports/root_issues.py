@@ -72,11 +72,10 @@ def _issue(
         output=repro.output,
         elsewhere=None,
         expected=(_expected(seen),),
-        context=(found_with(),),
+        context=(*([said[0]] if said and not said[1] else []), found_with()),
         not_run=None,
         name=repro.slug,
         known=said[0] if said and said[1] else None,
-        note=said[0] if said and not said[1] else None,
     )
 
 

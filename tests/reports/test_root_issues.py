@@ -69,16 +69,17 @@ def test_a_forward_and_its_gradient_are_one_issue_with_the_repros_values(tmp_pat
     assert "`grad.fc.weight`" in issue.bug[0] and issue.name == "softplus_nan_inf"
     assert [row[4].text for row in issue.witnesses.rows] == ["inf", "NaN"]
     assert issue.repro.lines == 27 and issue.output == SOFTPLUS
-    assert issue.context == ("Found with reprokit 0.1.0.",)
+    assert issue.context == ("Found with reprokit 0.1.0.",)  # no known-bugs lookup given
 
 
 def test_a_known_bug_says_where_it_is_known(tmp_path):
     variant = softplus_step()
     recorded(tmp_path, variant)
     (issue,) = root_issues(variant, tmp_path, known_line)
-    # written up by reprokit, not filed upstream: for the user, not in the issue's body
-    assert issue.known is None and issue.note.startswith("Known to reprokit: float16 softplus")
-    assert "fp16_softplus_overflow.md" in issue.note
+    # written up by reprokit, not filed upstream: a line of the issue's context, which is its
+    # first report upstream
+    assert issue.known is None and issue.context[0].startswith("Known: float16 softplus is inf")
+    assert "fp16_softplus_overflow.md" in issue.context[0] and "first report" in issue.context[0]
     said, in_issue = known_line(op="upsample_bilinear2d", dtype="float32", kind="value",
                                 grad=False)  # fmt: skip
     assert in_issue and "pytorch/xla#8897, open" in said and "Add to that issue" in said
