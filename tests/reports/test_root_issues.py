@@ -82,7 +82,7 @@ def test_a_known_bug_says_where_it_is_known(tmp_path):
     assert "fp16_softplus_overflow.md" in issue.context[0] and "first report" in issue.context[0]
     said, in_issue = known_line(op="upsample_bilinear2d", dtype="float32", kind="value",
                                 grad=False)  # fmt: skip
-    assert in_issue and "pytorch/xla#8897, open" in said and "Add to that issue" in said
+    assert in_issue and "pytorch/xla#8897, open" in said and "as a comment, not a new" in said
     assert known_line(op="softplus", dtype="float32", kind="nan-inf", grad=None) is None
 
 
