@@ -1,6 +1,6 @@
 """What ``reprokit report`` knows of each independent difference of a captured program before
 it writes the issue: the root's own repro, made with inputs in the script and run alone
-(reprokit/tools/root_repro.py writes these records; reprokit/reports/issue.py reads them)."""
+(reprokit.tools.root_repro writes these records; reprokit/reports/issue.py reads them)."""
 
 from __future__ import annotations
 
