@@ -79,6 +79,7 @@ _SAID = re.compile(r"^(.+?): (XLA DIFFERS|XLA agrees) \((.+)\)$")
 
 def write_index(variant_dir: Path, made_for: str, repros: list[RootRepro]) -> None:
     data = {"version": VERSION, "made_for": made_for, "repros": [r.to_json() for r in repros]}
+    (Path(variant_dir) / ISSUES).mkdir(parents=True, exist_ok=True)
     write_json(Path(variant_dir) / ISSUES / ISSUES_INDEX, data)
 
 

@@ -79,10 +79,12 @@ def test_elu_gradient_first_differs_at_its_backward_op(elu_run):
     assert not judged["grad.fc1.weight"].allclose and not judged["grad.fc1.bias"].allclose
     reprokit.report(run_dir)
     body = (run_dir / "report.md").read_text()
-    assert body.startswith("# float32 `aten.elu_backward.default` on XLA returns ")
-    assert re.search(r"`aten\.elu_backward\.default` of 16x32 and 16x32 \(result 16x32\) in `act`, "
-                     r"from `\S*models\.py:\d+: out = self\.fc2\(self\.act\(self\.fc1\(x\)\)\)`",
-                     body)  # fmt: skip
+    # the gradient as training meets it: the forward op by autograd, its repro inline
+    assert body.startswith("# float32 gradient of `elu` on XLA is ")
+    assert re.search(r"`torch\.ops\.aten\.elu` of float32 16x32: its gradient, by autograd, is "
+                     r".* In the model this is `\S*models\.py:\d+: out = "
+                     r"self\.fc2\(self\.act\(self\.fc1\(x\)\)\)`", body)  # fmt: skip
+    assert "torch.autograd.grad(" in body.split("```python")[1]
     assert "`grad.fc1.weight`" in body.split("## To Reproduce")[0]  # the gradients it reaches
 
 

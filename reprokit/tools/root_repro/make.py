@@ -48,9 +48,14 @@ TEMPLATE = "_root_repro.py.j2"
 MOST_LINES = 30  # with imports: what an issue shows without folding
 LITERAL = 8  # elements of an input written out as numbers
 # For inputs too large to write out; "nonfinite": an input with NaN or infinities as a constant
-# of its first such value (a fully masked row: every element -inf)
-# "kept": random values with the input's few NaN and infinities where they were
-STRATEGIES = ("constant", "nonfinite", "range", "kept", "random")
+# of its first such value (a fully masked row: every element -inf); "kept": random values with
+# the input's few NaN and infinities where they were. A NaN or an overflow shows at a value:
+# a constant first; other values are best shown by many (a constant can make a degenerate
+# case of its own: layer norm of a constant row amplifies a rounding of its mean 300 times)
+STRATEGIES = {
+    "nonfinite": ("constant", "nonfinite", "range", "kept", "random"),
+    "value": ("range", "kept", "random", "constant", "nonfinite"),
+}
 KEPT = 8  # non-finite elements an input may have for "kept": one line of indices each value
 SEVERITY = ("shape", "dtype", "nan-inf", "value")  # the worst first
 
@@ -254,7 +259,8 @@ def _scripts(
     values = {n: _cast(original.values[n], dtype) for n in reads}
     at = _witness_index(variant, family)
     tried: set[str] = set()
-    for strategy in STRATEGIES:
+    values_only = {r.kind for r in family.roots} == {"value"}
+    for strategy in STRATEGIES["value" if values_only else "nonfinite"]:
         inputs = [_input(name, value, strategy, at) for name, value in values.items()]
         if strategy == "kept" and not any(i.get("patches") for i in inputs):
             continue  # no NaN or infinity to keep: it would be "random"
