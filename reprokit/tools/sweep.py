@@ -19,6 +19,8 @@ import signal
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,18 +215,56 @@ def _captured(named_as: Iterable[tuple[Model, str]], folder: Path, jobs: int
               ) -> Iterator[_Captured]:  # fmt: skip
     """Each model's capture in order, ``jobs`` at a time in processes of their own (torch.export
     is Python: threads would take turns; spawned, since this process may hold threads a fork
-    would copy half-way). Leaving early (an interrupt) terminates them: no capture runs on."""
+    would copy half-way). A capture that kills its process (a crash in torch.export or the
+    model's code) is refused as such, the others go on: concurrent.futures says a worker died
+    (multiprocessing.Pool waits for its task forever); after one did, each capture left runs in
+    a process of its own, so that the one that dies is the one named. Leaving early (an
+    interrupt) ends the workers: no capture runs on."""
     capture = functools.partial(_capture_one, folder=folder)
     tasks = list(named_as)
     if jobs <= 1 or len(tasks) <= 1:
         yield from map(capture, tasks)
         return
+    pool = _pool(min(jobs, len(tasks)))
+    try:
+        futures = [pool.submit(capture, task) for task in tasks]
+        for done, future in enumerate(futures):
+            try:
+                yield future.result()
+            except BrokenProcessPool:
+                yield from (_alone(capture, task) for task in tasks[done:])
+                return
+    finally:
+        _end(pool)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
     import multiprocessing
 
     ignore_ctrl_c = (signal.SIGINT, signal.SIG_IGN)  # the terminal's: this process stops them
-    spawn = multiprocessing.get_context("spawn")
-    with spawn.Pool(min(jobs, len(tasks)), signal.signal, ignore_ctrl_c) as pool:
-        yield from pool.imap(capture, tasks)
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=signal.signal, initargs=ignore_ctrl_c)  # fmt: skip
+
+
+def _alone(capture: Callable[[tuple[Model, str]], _Captured], task: tuple[Model, str]
+           ) -> _Captured:  # fmt: skip
+    """One capture in a process of its own: refused, with why, when that process dies."""
+    pool = _pool(1)
+    try:
+        return pool.submit(capture, task).result()
+    except BrokenProcessPool:
+        return None, ("its capture's process died (a crash in torch.export or the model's own "
+                      "code): `reprokit capture` it alone to see the crash"), 0.0  # fmt: skip
+    finally:
+        _end(pool)
+
+
+def _end(pool: ProcessPoolExecutor) -> None:
+    """Stop the pool's workers at once: a capture left running is not waited for (the
+    executor has no public way to end its workers before Python 3.14's terminate_workers)."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _capture_one(task: tuple[Model, str], folder: Path) -> _Captured:

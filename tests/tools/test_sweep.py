@@ -142,3 +142,16 @@ def test_a_divergence_is_known_by_its_op_the_tensors_dtypes_and_what_differs(not
 
     found = divergence(_variant(note, nan, dtype))
     assert found is not None and found.key == key and found.tensor == "node.0003.cumsum"
+
+
+def test_a_capture_that_kills_its_process_is_refused_and_the_others_go_on(tmp_path):
+    """-n 2: the dying capture is named (each capture left then runs alone), not waited for."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("REPROKIT_CACHE", str(tmp_path / "cache"))
+        done = CliRunner().invoke(app, [
+            "sweep", f"{MODELS}:dies", f"{MODELS}:mlp", "--dtypes", "float32", "-n", "2",
+            "-o", str(tmp_path / "run"),
+        ])  # fmt: skip
+    assert done.exit_code == 1, done.output  # a model refused
+    assert re.search(r"refused \S*:dies: its capture's process died", done.output), done.output
+    assert re.search(r"captured \S*:mlp in", done.output), done.output

@@ -48,3 +48,10 @@ def masked_embedding():
     torch.manual_seed(0)
     mask = torch.tensor([[True, True, False, True, True]])
     return MaskedEmbedding().eval(), (torch.tensor([[1, 2, 3, 4, 5]]), mask)
+
+
+def dies():
+    """A factory whose process dies, as a crash inside torch.export would end it."""
+    import os
+
+    os._exit(3)
