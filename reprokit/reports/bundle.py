@@ -110,9 +110,12 @@ def write_bundle(run_dir: Path, target: Path, limit: int = ATTACHMENT_LIMIT) -> 
     return target
 
 
-def _program(path: Path, public: Callable[[str], str]) -> bytes:
+def _program(path: Path, public: Callable[[str], str]) -> bytes | None:
     """A captured program's archive with ``public`` applied to its JSON records (the nodes'
-    stack traces: metadata, not what runs), every other entry as it was, in its order."""
+    stack traces: metadata, not what runs), every other entry as it was, in its order; None
+    (the file as it is) when it is no archive."""
+    if not zipfile.is_zipfile(path):
+        return None
     copy = io.BytesIO()
     with zipfile.ZipFile(path) as program, zipfile.ZipFile(copy, "w") as written:
         for entry in program.infolist():
