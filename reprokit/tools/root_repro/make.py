@@ -1,7 +1,5 @@
-"""The repro of each root family of a captured program (torch: reprokit.tools.root_repro decides
-whether there is one to make, without it).
-
-Each root of a captured program that differs, as a repro an issue carries inline.
+"""Each root of a captured program that differs, as a repro an issue carries inline (torch:
+reprokit.tools.root_repro decides without it whether there is one to make).
 
 The run recorded where each difference is born (a root: an operation that differs while its
 inputs agree, reprokit.comparison.roots) and the program holds that operation's call. So no
@@ -13,11 +11,13 @@ gradient), as is a backward root whose forward agrees.
 
 Inputs are made, never read from a file the issue cannot carry: a literal when small, else a
 constant (the value at the element that differs most, where the input is as large as the
-result; else its median), a range over the recorded values, or seeded random values of the
-same mean and spread, in that order, each kept only when the repro shows the difference run
-alone (:func:`reprokit.tools.minimize.graph.alone.run_alone`: an empty folder, a fresh
-``python -I``, only PATH, HOME and XLA's device set). What it printed and its exit code are
-kept beside it; ``reprokit report`` reads them (reprokit.records.issues).
+result; else its median; or the input's NaN or infinity), a range over the recorded values,
+seeded random values of the same mean and spread (with the input's few NaN and infinities
+where they were), in an order that suits the difference (:data:`STRATEGIES`). Each is kept
+only when the repro shows the model's difference run alone
+(:func:`reprokit.tools.minimize.graph.alone.run_alone`: an empty folder, a fresh ``python -I``,
+only PATH, HOME and XLA's device set; :func:`same_symptom`). What it printed and its exit code
+are kept beside it; ``reprokit report`` reads them (reprokit.records.issues).
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def _repro(
         (where / REPRO_OUT).write_text(record.output, "utf-8")
         if record.shows and same_symptom(record, _witnesses(variant, family)):
             return record
-        if record.shows:  # another difference of the op (ties of a constant's argmax)
+        if record.shows:  # another difference of the op (a made input's own overflow)
             record = replace(record, why_not="its repro shows another difference than the model's")
     return record
 
