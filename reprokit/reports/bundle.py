@@ -134,13 +134,13 @@ def _layout(run_dir: Path, home: Path | None) -> dict[str, Any]:
     started) as ``<venv>``; the folders the summary names (the case's, the model's, an earlier
     run's, the run folder's parent) relative to the folder that holds them all with the run
     folder, where that is the user's own (not ``/``, ``/tmp``, home or a folder above it), and
-    each one that is not by its own name."""
+    each one that is not (the run folder's parent too, where no other is) by its own name."""
     argv, folders = _recorded(run_dir)
     prefixes = _environments(argv, home)
     runs = Path(os.path.abspath(run_dir)).parent
     mine = [f for f in folders if not _inside(f, [Path(os.path.abspath(run_dir)), *prefixes])]
     near = [f for f in mine if _own(Path(os.path.commonpath([runs, f])), home)]
-    base = Path(os.path.commonpath([runs, *near])) if _own(runs, home) else None
+    base = Path(os.path.commonpath([runs, *near])) if near and _own(runs, home) else None
     named = [f for f in [runs, *mine] if base is None or not _inside(f, [base])]
     return {"run_dir": run_dir, "home": home, "cwd": base, "prefixes": prefixes, "named": named}
 
