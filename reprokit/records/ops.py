@@ -40,6 +40,10 @@ class Group:
     owner: str = ""  # "torch": CPU itself far from float64 there
     known: str = ""  # the report of docs/examples it matches
     inplace: bool = False  # the op's in-place variant (``x.abs_()``), forward
+    # What separates its op's differing samples from its agreeing ones: condition, rule,
+    # differs [meet, of], agrees [do not meet, of], and on new samples made to meet and break
+    # it: new, confirmed, refuted, tested (tools/ops/trigger.py); {} in older files
+    trigger: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> str:

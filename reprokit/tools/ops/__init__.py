@@ -24,6 +24,7 @@ from reprokit.infra.caching import Store, file_digest
 from reprokit.records.ops import OpsSweep, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
+from reprokit.tools.ops import confirm
 from reprokit.tools.ops import groups as grouping
 from reprokit.tools.ops.pool import Pool, Task
 
@@ -38,6 +39,8 @@ SOURCES = [
     HERE / "judge.py",
     HERE / "explain.py",
     HERE / "samples.py",
+    HERE / "features.py",
+    HERE / "trigger.py",
     HERE.parent.parent / "comparison" / "tensors.py",
 ]
 WITNESS = "ops-witness"  # the cache's folder of the witnesses' large tensors
@@ -80,6 +83,8 @@ class _Asked:
     announce: Callable[[str], None] | None = None
     inplace: bool = False
     swept: list[float] = field(default_factory=list)  # when every sample was judged
+    cache: bool = True  # the results cache read (it is always written)
+    timed: dict[str, float] = field(default_factory=dict)  # seconds of the steps after
 
 
 def sweep_ops(
@@ -117,6 +122,7 @@ def sweep_ops(
         time.monotonic(),
         announce,
         inplace=inplace,
+        cache=cache,
     )
     asked.out_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -163,7 +169,7 @@ def sweep_ops(
             pool.close()
             swept = _finish(asked, listing, records, len(tasks), cached, interrupted=True)
             raise Interrupted(swept) from None
-        return _finish(asked, listing, records, len(tasks), cached, interrupted=False)
+        return _finish(asked, listing, records, len(tasks), cached, interrupted=False, pool=pool)
     finally:
         pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -256,10 +262,13 @@ def _finish(
     cached: int,
     *,
     interrupted: bool,
+    pool: Pool | None = None,
 ) -> OpsSweep:
-    """Groups, their repros (run alone unless interrupted), ops.json and report.md."""
+    """Groups with their triggers (checked on new samples by ``pool``'s workers unless
+    interrupted), their repros (run alone unless interrupted), ops.json and report.md."""
     out_dir, witness = asked.out_dir, Store(WITNESS).folder
     found = grouping.build(records)
+    found = _triggers(asked, found, records, pool)
     codes = _codes(records, found)
     calls = {(e["op"], e["variant"]): e["call"] for e in listing["ops"]}
     calls |= {(e["op"], e["variant"], "inplace"): e.get("inplace") or None for e in listing["ops"]}
@@ -285,6 +294,24 @@ def _finish(
     return sweep
 
 
+def _triggers(asked: _Asked, found: list, records: list[dict[str, Any]], pool: Any) -> list:
+    """Each group's trigger (confirm.py), its new samples' time in the timings."""
+    begun = time.monotonic()
+    if asked.announce and pool is not None and found:
+        asked.announce(f"ops: the triggers of {len(found)} groups, checked on new samples")
+    found = confirm.triggers(
+        found,
+        records,
+        pool=pool,
+        jobs=asked.options.jobs,
+        versions=asked.versions,
+        code=_code_digest(),
+        cache=asked.cache,
+    )
+    asked.timed["triggers"] = round(time.monotonic() - begun, 1)
+    return found
+
+
 def _sweep(
     asked: _Asked,
     listing: dict[str, Any],
@@ -304,7 +331,8 @@ def _sweep(
         edge=asked.edge,
         inplace=asked.inplace,
         seconds=round(time.monotonic() - asked.begun, 1),
-        timings={"samples": round(asked.swept[0] - asked.begun, 1)} if asked.swept else {},
+        timings=({"samples": round(asked.swept[0] - asked.begun, 1)} if asked.swept else {})
+        | asked.timed,
         interrupted=interrupted,
         ops=_per_op(listing, records),
         skips=_skips(listing, records),

@@ -106,6 +106,15 @@ class Pool:
                 return line["listing"]
         raise RuntimeError(f"the worker listed nothing ({_ending(ended)}): {_tail(folder)}")
 
+    def answer(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """One worker on one ``job`` besides the tasks (a trigger's new samples: confirm.py):
+        its answer's lines, those before its death where it died."""
+        folder = self._folder()
+        self._start(folder, job | {"timeout": self.timeout, "witness_dir": str(self.witness)})
+        with self._lock:
+            self._judged.pop(folder, None)
+        return _read_lines(folder / "out.jsonl")
+
     def in_flight(self) -> int:
         """Samples judged so far by the workers at work (their tasks not yet done)."""
         with self._lock:

@@ -35,7 +35,7 @@ from typing import IO, Any
 
 import torch
 
-from reprokit.tools.ops import judge, samples
+from reprokit.tools.ops import features, judge, samples
 
 POLL = 0.02  # seconds between looks for the driver's next batch
 # Tests only: ``OP:SAMPLE`` makes that sample of that OpInfo hang (in every dtype), so that a
@@ -77,6 +77,10 @@ def main(job_path: str, out_path: str) -> int:
     with open(out_path, "a", encoding="utf-8") as out:
         if "list" in job:
             _emit(out, {"listing": listing(op_db, **job["list"])})
+            return 0
+        if "confirm" in job:  # new samples of the groups' triggers (features.confirm)
+            device = _device(job["backend"])
+            features.confirm(op_db, job, out, device, _fallbacks(job["backend"]))
             return 0
         sweep(op_db, job, out)
     return 0
@@ -198,7 +202,7 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
                 _emit(out, {"id": task["id"], "sample": i, "code": code_of(sample, witness)})
             if i < start:
                 continue
-            described = samples.describe(sample)
+            described = samples.describe(sample) | {"features": features.of(op, sample)}
             _emit(out, {"begin": task["id"], "sample": i, "described": described})
             signal.alarm(int(job["timeout"]))
             if i == hang:

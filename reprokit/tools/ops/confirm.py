@@ -1,0 +1,197 @@
+"""Each group's trigger, in the harness (torch-free): learnt from the sweep's records of its
+op in the same pass (its differing samples of the group's kind against its agreeing ones:
+trigger.learn over the features each record's ``described`` holds), then checked on a few new
+samples that the workers make from the sweep's own and judge as they judge any sample
+(features.confirm): learn, generate, check. A request's answer is cached like a task's."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from reprokit.infra.caching import Store
+from reprokit.records.ops import Group
+from reprokit.tools.ops import trigger
+
+LIMIT = 8  # new samples a group is checked with, at most
+BASES = 3  # differing and agreeing samples (each) its new samples are made from
+AGREES = ("match", "cpu_wrong")  # XLA right: agreeing samples
+FIXED = ("dtype", "ndim", "empty", "0-d", "size-1 dim", "broadcast", "non-contiguous")
+
+
+def triggers(
+    groups: list[Group],
+    records: list[dict[str, Any]],
+    *,
+    pool: Any = None,
+    jobs: int = 1,
+    versions: dict[str, str] | None = None,
+    code: list[str | None] | None = None,
+    cache: bool = True,
+) -> list[Group]:
+    """The groups with their ``trigger``; new samples judged by ``pool``'s workers (none
+    without a pool: an interrupted sweep's triggers are learnt only)."""
+    by_pass: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        by_pass.setdefault(_pass_of(r), []).append(r)
+    learnt, requests = {}, []
+    for g in groups:
+        differ, agree = _split(g, by_pass.get((g.op, g.variant, g.backend, g.grad, g.inplace), []))
+        learnt[g.id] = (differ, agree, trigger.learn([f for f, _ in differ], [f for f, _ in agree]))
+        request = _request(g, *learnt[g.id])
+        if request is not None and pool is not None:
+            requests.append(request)
+    answers = _answers(requests, pool, jobs, versions or {}, code or [], cache=cache)
+    return [replace(g, trigger=_trigger(g, *learnt[g.id], answers.get(g.id))) for g in groups]
+
+
+def _pass_of(r: dict[str, Any]) -> tuple:
+    return (r["op"], r["variant"], r["backend"], r["grad"], r.get("inplace", False))
+
+
+def _features(r: dict[str, Any]) -> dict[str, Any] | None:
+    found = (r.get("described") or {}).get("features")
+    return None if not found else dict(found) | {"dtype": r["dtype"]}
+
+
+def _split(group: Group, records: list[dict[str, Any]]) -> tuple[list, list]:
+    """(features, record) of the op's samples that differ as the group does, and of those
+    that agree; samples without features (an older cache's) left out."""
+    differ, agree = [], []
+    for r in records:
+        features = _features(r)
+        if features is None:
+            continue
+        if r["verdict"] == "differs" and r.get("kind") == group.kind:
+            differ.append((features, r))
+        elif r["verdict"] in AGREES:
+            agree.append((features, r))
+    return differ, agree
+
+
+def _request(group: Group, differ: list, agree: list, learnt: list) -> dict[str, Any] | None:
+    """What a worker needs to make and judge the group's new samples, None where no candidate
+    names a feature it can change."""
+    rules = [rule for rule, _ in learnt]
+    names = {n for rule in rules for n in rule.names() if n not in FIXED}
+    if not names:
+        return None
+    seen = [f for f, _ in differ + agree]
+    wanted = {
+        n: sorted({str(f[n]) for f in seen if f.get(n) is not None})
+        if n not in trigger.VALUE_CLASSES and n != "uneven chunks"
+        else []
+        for n in sorted(names)
+    }
+    bases = []
+    for side, differs in ((differ, True), (agree, False)):
+        smallest = sorted(side, key=lambda fr: (fr[1].get("described") or {}).get("numel", 0))
+        for _, r in smallest[:BASES]:
+            bases.append({"dtype": r["dtype"], "edge": r["edge"], "sample": r["sample"]})
+            bases[-1]["differs"] = differs
+    return {
+        "id": group.id,
+        "op": group.op,
+        "variant": group.variant,
+        "grad": group.grad,
+        "inplace": group.inplace,
+        "backend": group.backend,
+        "bases": bases,
+        "rules": [rule.to_json() for rule in rules],
+        "wanted": wanted,
+        "limit": LIMIT,
+    }
+
+
+def _answers(
+    requests: list[dict[str, Any]],
+    pool: Any,
+    jobs: int,
+    versions: dict[str, str],
+    code: list[str | None],
+    *,
+    cache: bool,
+) -> dict[str, list[dict[str, Any]]]:
+    """Each request's new samples' records (by group id): from the cache, else judged by the
+    workers (``jobs`` at once); a request its worker did not finish is not cached."""
+    store = Store("ops-confirm")
+    found: dict[str, list[dict[str, Any]]] = {}
+    pending = []
+    for request in requests:
+        hit = store.get_json(store.key(request, versions, code)) if cache else None
+        if hit is None:
+            pending.append(request)
+        else:
+            found[request["id"]] = hit
+    if not pending:
+        return found
+    shares = [pending[i :: max(1, jobs)] for i in range(min(max(1, jobs), len(pending)))]
+    with ThreadPoolExecutor(len(shares)) as threads:
+        asked = ({"confirm": share, "backend": share[0]["backend"]} for share in shares)
+        answered = list(threads.map(pool.answer, asked))
+    for share, lines in zip(shares, answered, strict=True):
+        got = _read(lines)
+        for request in share:
+            if request["id"] in got:
+                records, done = got[request["id"]]
+                found[request["id"]] = records
+                if done:
+                    store.put_json(store.key(request, versions, code), records)
+    return found
+
+
+def _read(lines: list[dict[str, Any]]) -> dict[str, tuple[list[dict[str, Any]], bool]]:
+    """A worker's answer: per request its records and whether it finished; a sample begun and
+    not answered killed the worker (a crash)."""
+    got: dict[str, tuple[list[dict[str, Any]], bool]] = {}
+    begun: dict[str, Any] | None = None
+    for line in lines:
+        if "confirm" not in line:
+            continue
+        records, _ = got.setdefault(line["confirm"], ([], False))
+        if "begin" in line:
+            begun = line
+        elif "record" in line:
+            records.append(line["record"])
+            begun = None
+        elif line.get("done"):
+            got[line["confirm"]] = (records, True)
+    if begun is not None:
+        said = {k: begun[k] for k in ("what", "dtype", "features", "from_differs") if k in begun}
+        dead = {"verdict": "differs", "kind": "crash", "detail": "the worker died"}
+        got[begun["confirm"]][0].append(dead | said)
+    return got
+
+
+def _trigger(
+    group: Group, differ: list, agree: list, learnt: list, new: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """The ``trigger`` of ops.json: the condition with its counts on the sweep's samples and
+    on the new ones; or why there is none."""
+    counts = {"differs": [len(differ), len(differ)], "agrees": [0, len(agree)]}
+    if not differ:
+        return {"condition": None, "why": "no sample with features"}
+    if not agree:
+        return {"condition": None, "why": "no sample of the op agrees"} | counts
+    if not learnt:
+        return {"condition": None, "why": "no condition over the features separates them"} | counts
+    new = new or []
+    mine = [r for r in new if r["verdict"] == "differs" and r.get("kind") == group.kind]
+    fine = [r for r in new if r["verdict"] in AGREES]
+    found = trigger.settle(learnt, [_of(r) for r in mine], [_of(r) for r in fine])
+    rule = trigger.Rule.from_json(found["rule"])
+    tested = [
+        {
+            "what": r.get("what", ""),
+            "dtype": r.get("dtype", ""),
+            "differs": r in mine,
+            "meets": rule.holds(_of(r)),
+        }
+        for r in mine + fine
+    ]
+    return found | {"tested": tested, "other": len(new) - len(tested)}
+
+
+def _of(record: dict[str, Any]) -> dict[str, Any]:
+    return dict(record.get("features") or {})
