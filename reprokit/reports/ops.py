@@ -61,8 +61,8 @@ def _groups(groups: tuple[Group, ...]) -> list[str]:
     lines = [
         "## Groups",
         "",
-        "| op | dtypes | pass | kind | witness | repro | alone | known |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| op | dtypes | pass | kind | trigger | witness | repro | alone | known |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for g in groups[:GROUP_ROWS]:
         op = f"`{g.op}`" + (f" ({g.variant})" if g.variant else "")
@@ -76,12 +76,36 @@ def _groups(groups: tuple[Group, ...]) -> list[str]:
         alone = {True: "yes", False: "no", None: "-"}[g.reproduces_alone]
         passed = g.passed
         lines.append(
-            f"| {op} | {', '.join(g.dtypes)} | {passed} | {g.kind} | {witness} | "
+            f"| {op} | {', '.join(g.dtypes)} | {passed} | {g.kind} | {_cell(said(g.trigger))} | "
+            f"{witness} | "
             f"{repro} | {alone} | {g.known} |"
         )
     if len(groups) > GROUP_ROWS:
         lines.append(f"\n{len(groups) - GROUP_ROWS} more groups in ops.json.")
     return [*lines, ""]
+
+
+def said(trigger: dict) -> str:
+    """A group's trigger in words, with its evidence: "differs whenever an input holds NaN (6
+    of 6), agrees otherwise (12 of 12); 8 new samples confirm"; or why it is not known."""
+    if not trigger:
+        return ""
+    d, a = trigger.get("differs", [0, 0]), trigger.get("agrees", [0, 0])
+    if trigger.get("condition") is None:
+        if trigger.get("why") == "no sample of the op agrees":
+            return f"not known: every sample of the op that ran differs ({d[1]})"
+        return f"not known: {trigger.get('why', '')}"
+    exact = d[0] == d[1] and a[0] == a[1]
+    text = (
+        f"differs {'whenever' if exact else 'mostly where'} {trigger['condition']} "
+        f"({d[0]} of {d[1]}), agrees otherwise ({a[0]} of {a[1]})"
+    )
+    right, wrong = trigger.get("confirmed", 0), trigger.get("refuted", 0)
+    if wrong:
+        return f"{text}; not confirmed: {wrong} of {right + wrong} new samples contradict it"
+    if right:
+        return f"{text}; {right} new sample{'s' * (right > 1)} confirm{'s' * (right == 1)}"
+    return f"{text}; not checked on new samples"
 
 
 def family(op: str) -> str:

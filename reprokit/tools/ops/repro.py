@@ -88,7 +88,17 @@ def title(group: Any) -> str:
     }[group.kind]
     variant = f" ({group.variant})" if group.variant else ""
     passed = "gradient of " if group.grad else "in-place " if group.inplace else ""
-    return f"{'/'.join(group.dtypes)} {passed}{group.op}{variant} on XLA: {what}"
+    trigger = getattr(group, "trigger", None) or {}
+    when = f" when {trigger['condition']}" if _confirmed(trigger) else ""
+    return f"{'/'.join(group.dtypes)} {passed}{group.op}{variant} on XLA: {what}{when}"
+
+
+def _confirmed(trigger: dict[str, Any]) -> bool:
+    """The trigger splits the sweep's samples exactly and new samples confirm it: a title
+    may state it (the report states every other one with its counts)."""
+    d, a = trigger.get("differs", [0, 1]), trigger.get("agrees", [0, 1])
+    exact = trigger.get("condition") and d[0] == d[1] and a[0] == a[1]
+    return bool(exact and trigger.get("confirmed") and not trigger.get("refuted"))
 
 
 def repro_text(group: Any, code: dict[str, Any], call: str | None, saved: str | None) -> str:

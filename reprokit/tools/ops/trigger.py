@@ -175,8 +175,8 @@ _VALUES = {
     "near max": "a value near the dtype's largest",
 }
 _FACTS = {
-    "uneven chunks": "an input needs padding (uneven chunks: its size along dim is no multiple "
-    "of the chunk count)",
+    "uneven chunks": "uneven chunks: an input's size along dim is no multiple of the chunk "
+    "count, so it needs padding",
     "empty": "an input is empty",
     "0-d": "the input is 0-d",
     "size-1 dim": "an input has a size-1 dim",
@@ -193,8 +193,8 @@ def choose(rules: Sequence[Rule], made: Sequence[tuple[bool, Features]], limit: 
     if not rules:
         return []
     top, others = rules[0], rules[1:]
-    meet: list[int] = []
-    breaks: list[int] = []
+    meet: list[tuple[bool, int]] = []
+    breaks: list[tuple[bool, int]] = []
     seen: set[tuple] = set()
     names = sorted({n for r in rules for n in r.names()})
     for i, (differs, features) in enumerate(made):
@@ -206,7 +206,9 @@ def choose(rules: Sequence[Rule], made: Sequence[tuple[bool, Features]], limit: 
         if key in seen:
             continue
         seen.add(key)
-        (meet if says else breaks).append(i)
+        (meet if says else breaks).append((says == differs, i))  # a flip first
+    meet = [i for _, i in sorted(meet)]  # sorted is stable: made's order within each kind
+    breaks = [i for _, i in sorted(breaks)]
     chosen: list[int] = []
     for pair in zip(meet, breaks, strict=False):
         chosen += pair

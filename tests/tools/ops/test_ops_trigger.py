@@ -1,0 +1,156 @@
+"""A group's trigger: the rule search over the samples' features (pure: learn, choose,
+settle), the report's sentence and older ops.json files without one; then two real sweeps:
+``_chunk_cat``'s zeros where an input needs padding (its witness, dim -1 and 5 chunks, once
+read as "dim > 0"), and ``threshold``'s gradient where an input holds NaN, each confirmed on
+new samples the workers made and judged."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from reprokit.records.ops import Group, read_ops
+from reprokit.reports.ops import said
+from reprokit.tools.ops import trigger
+from reprokit.tools.ops.repro import title
+from reprokit.tools.ops.trigger import Rule, Score
+
+
+def sample(**features):
+    base = {"NaN": False, "-inf": False, "empty": False, "dtype": "float32"}
+    return base | features
+
+
+# _chunk_cat's samples as the sweep saw them: every one that needs padding differs, whatever
+# its dim; dim alone separates them less well
+DIFFER = [
+    sample(dim="-1", num_chunks="5", **{"uneven chunks": True}),
+    sample(dim="0", num_chunks="2", **{"uneven chunks": True}),
+    sample(dim="1", num_chunks="5", **{"uneven chunks": True}),
+    sample(dim="0", num_chunks="3", **{"uneven chunks": True}),
+]
+AGREE = [
+    sample(dim="1", num_chunks="3", **{"uneven chunks": False}),
+    sample(dim="0", num_chunks="1", **{"uneven chunks": False}),
+]
+
+
+def test_a_single_condition_that_separates_them_comes_first():
+    (best, score), *others = trigger.learn(DIFFER, AGREE)
+    assert best == Rule((("uneven chunks", "=", True),))
+    assert score == Score(4, 4, 2, 2) and score.perfect
+    assert all(not s.perfect or len(r.atoms) == 1 for r, s in others)
+    assert best.text().startswith("uneven chunks")
+
+
+def test_a_pair_only_where_no_single_condition_is_perfect():
+    differ = [sample(NaN=True, dtype="float16"), sample(NaN=True, dtype="float16")]
+    agree = [sample(NaN=True), sample(dtype="float16"), sample()]
+    (best, score), *_ = trigger.learn(differ, agree)
+    assert set(best.atoms) == {("NaN", "=", True), ("dtype", "=", "float16")}
+    assert score.perfect
+    assert best.text() in (
+        "an input holds NaN and dtype = float16",
+        "dtype = float16 and an input holds NaN",
+    )
+
+
+def test_facts_before_arguments_before_the_dtype_on_a_tie():
+    differ = [sample(NaN=True, dim="1", dtype="float16")]
+    agree = [sample(dim="0")]
+    ranked = [r.names()[0] for r, _ in trigger.learn(differ, agree)]
+    assert ranked[0] == "NaN" and ranked.index("dim") < ranked.index("dtype")
+
+
+def test_no_rule_without_both_sides():
+    assert trigger.learn(DIFFER, []) == [] and trigger.learn([], AGREE) == []
+
+
+def test_new_samples_are_those_that_flip_the_rule_or_tell_candidates_apart():
+    rules = [Rule((("uneven chunks", "=", True),)), Rule((("dim", "!=", "1"),))]
+    made = [
+        (True, sample(dim="1", **{"uneven chunks": True})),  # rules disagree
+        (True, sample(dim="0", **{"uneven chunks": True})),  # both expect it to differ: no use
+        (False, sample(dim="1", **{"uneven chunks": True})),  # a flip, and they disagree
+        (True, sample(dim="0", **{"uneven chunks": False})),  # a flip
+        (True, sample(dim="0", **{"uneven chunks": False})),  # the same features again
+    ]
+    assert trigger.choose(rules, made, 8) == [2, 3, 0]
+    assert trigger.choose(rules, made, 1) == [2]
+
+
+def test_settle_keeps_the_candidate_the_new_samples_bear_out():
+    candidates = [
+        (Rule((("dim", "!=", "1"),)), Score(3, 4, 2, 2)),
+        (Rule((("uneven chunks", "=", True),)), Score(4, 4, 2, 2)),
+    ]
+    new_differ = [sample(dim="1", **{"uneven chunks": True})]
+    new_agree = [sample(dim="0", **{"uneven chunks": False})]
+    found = trigger.settle(candidates, new_differ, new_agree)
+    assert found["rule"] == [["uneven chunks", "=", True]]
+    assert (found["differs"], found["agrees"], found["confirmed"], found["refuted"]) == (
+        [4, 4],
+        [2, 2],
+        2,
+        0,
+    )
+    assert found["new"] == {"differs": [1, 1], "agrees": [1, 1]}
+
+
+def test_the_report_says_the_counts_and_whether_new_samples_confirm():
+    found = {"condition": "an input holds NaN", "differs": [6, 6], "agrees": [12, 12]}
+    assert said(found | {"confirmed": 8, "refuted": 0}) == (
+        "differs whenever an input holds NaN (6 of 6), agrees otherwise (12 of 12); "
+        "8 new samples confirm"
+    )
+    assert said(found | {"confirmed": 5, "refuted": 1}).endswith(
+        "not confirmed: 1 of 6 new samples contradict it"
+    )
+    assert said(found).endswith("not checked on new samples")
+    assert said({"condition": None, "why": "no sample of the op agrees", "differs": [3, 3]}) == (
+        "not known: every sample of the op that ran differs (3)"
+    )
+    assert said({}) == ""
+
+
+def test_an_older_group_without_a_trigger_still_loads():
+    data = Group("g", "abs", "", "xla", ("float32",), "value", False, {}, 1).to_json()
+    del data["trigger"]
+    group = Group.from_json(data)
+    assert group.trigger == {} and "when" not in title(group)
+
+
+def reprokit(*args, cache):
+    env = dict(os.environ, REPROKIT_CACHE=str(cache), REPROKIT_WARM_IDLE="0", PJRT_DEVICE="CPU")
+    command = [sys.executable, "-c", "from reprokit.cli import main; main()", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize(
+    ("args", "op", "words"),
+    [
+        (["_chunk_cat", "--dtypes", "float32"], "_chunk_cat", "uneven chunks"),
+        (
+            ["nn.functional.threshold", "--dtypes", "float32", "--edge", "--grad"],
+            "nn.functional.threshold",
+            "an input holds NaN",
+        ),
+    ],
+)
+def test_a_real_sweep_states_the_trigger_confirmed_by_new_samples(tmp_path, args, op, words):
+    done = reprokit("ops", *args, "-o", str(tmp_path / "out"), cache=tmp_path / "cache")
+    assert done.returncode == 1, done.stdout + done.stderr
+    (group,) = [g for g in read_ops(tmp_path / "out").groups if g.op == op]
+    found = group.trigger
+    assert found["condition"].startswith(words), found
+    assert found["differs"][0] == found["differs"][1] == group.samples
+    assert found["agrees"][0] == found["agrees"][1] > 0
+    assert found["confirmed"] >= 4 and found["refuted"] == 0, found
+    assert any(t["differs"] for t in found["tested"])  # new samples made to meet it, and
+    assert any(not t["differs"] for t in found["tested"])  # to break it
+    assert words in (tmp_path / "out" / group.repro).read_text().splitlines()[0]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert f"differs whenever {found['condition']}" in report and "new samples confirm" in report
