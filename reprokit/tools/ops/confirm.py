@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+import reprokit.tools.ops.trigger as trigger
 from reprokit.infra.caching import Store
 from reprokit.records.ops import Group
-from reprokit.tools.ops import trigger
 
 LIMIT = 8  # new samples a group is checked with, at most
 BASES = 3  # differing and agreeing samples (each) its new samples are made from
