@@ -220,7 +220,7 @@ def _valued(sample: SampleInput, name: str) -> Iterator[tuple]:
         return
     put = list(leaves)
     first = leaves[floating[0]].detach().clone()
-    first.view(-1)[0] = _PUT[name](torch.finfo(first.dtype))
+    first[(0,) * first.dim()] = _PUT[name](torch.finfo(first.dtype))  # any strides
     put[floating[0]] = first.requires_grad_(leaves[floating[0]].requires_grad)
     yield f"{name} put into the input", _rebuilt(sample, put, spec)
     taken = list(leaves)
@@ -303,9 +303,19 @@ def _made(op: Any, request: dict[str, Any]) -> Iterator[tuple]:
             if i > max(wanted):
                 break
             if i in wanted:
-                for what, new in mutants(op, sample, request["wanted"]):
-                    features = of(op, new) | {"dtype": dtype}
-                    yield wanted[i]["differs"], f"sample {i}: {what}", new, features, dtype
+                yield from _mutated(op, sample, request["wanted"], wanted[i], f"sample {i}")
+
+
+def _mutated(op: Any, sample: SampleInput, wanted: dict, base: dict, name: str) -> list[tuple]:
+    """One base sample's new samples; none where making them fails (an odd sample)."""
+    try:
+        dtype = base["dtype"]
+        return [
+            (base["differs"], f"{name}: {what}", new, of(op, new) | {"dtype": dtype}, dtype)
+            for what, new in mutants(op, sample, wanted)
+        ]
+    except Exception:
+        return []
 
 
 def _emit(out: IO[str], message: dict[str, Any]) -> None:
