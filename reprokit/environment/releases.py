@@ -4,6 +4,10 @@ with, and spans of them (``2.5..2.9``) as ``reprokit bisect --releases`` takes t
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
 
 from reprokit.errors import ReprokitError
 from reprokit.records import EnvSpec
@@ -27,6 +31,34 @@ def release_env(release: str) -> EnvSpec:
     major, minor, patch = match.groups()
     requirements = (f"torch=={major}.{minor}.0", f"torch_xla=={major}.{minor}.{patch or 0}")
     return EnvSpec(release.strip(), requirements)
+
+
+def release_python(release: str, *, announce: Callable[[str], None] | None = None) -> Path:
+    """The python to run a standalone script on ``release`` with: this interpreter when it has
+    that very torch and torch_xla installed (the project's venv for its own release: no
+    second copy of torch), else the release's uv environment, built once (uv.env_python)."""
+    spec = release_env(release)
+    if installed_here(spec):
+        return Path(sys.executable)
+    from reprokit.environment.uv import env_python
+
+    return env_python(spec, announce=announce)
+
+
+def installed_here(spec: EnvSpec) -> bool:
+    """Whether this interpreter has every requirement of ``spec`` at the version it pins (a
+    local build tag aside: torch 2.9.0+cu128 is torch==2.9.0, as pip reads it)."""
+    from packaging.requirements import Requirement
+
+    for text in spec.requirements:
+        wanted = Requirement(text)
+        try:
+            found = metadata.version(wanted.name)
+        except metadata.PackageNotFoundError:
+            return False
+        if not wanted.specifier.contains(found, prereleases=True):
+            return False
+    return True
 
 
 def releases(span: str) -> list[str]:

@@ -138,6 +138,7 @@ class Root:
     bound: float | None = None  # the most the target's may be
     reaches: tuple[str, ...] | None = ()  # differing outputs it reaches (None: not known)
     also: tuple[str, ...] = ()  # other stages where the same result is a root (XLA SPMD)
+    since: str = ""  # its repro's releases (records/since.py: reprokit bisect); "" not bisected
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self) | {"also": list(self.also)}

@@ -44,6 +44,7 @@ class Group:
     # differs [meet, of], agrees [do not meet, of], and on new samples made to meet and break
     # it: new, confirmed, refuted, tested (tools/ops/trigger.py); {} in older files
     trigger: dict[str, Any] = field(default_factory=dict)
+    since: str = ""  # its repro's releases (records/since.py: reprokit bisect); "" not bisected
 
     @property
     def passed(self) -> str:
