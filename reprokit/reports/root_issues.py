@@ -21,6 +21,7 @@ from reprokit.records.folder import RunFolder
 from reprokit.records.issues import RootRepro, Seen, read_index
 from reprokit.reports.evidence import plain
 from reprokit.reports.model import Cell, Issue, Script, Table, Text
+from reprokit.reports.since import since_line
 
 # What a known bug's entry says, given the op, the dtype, the kind, forward or gradient, and
 # whether that belongs in the issue (reprokit.reports.known.known_line)
@@ -72,7 +73,7 @@ def _issue(
         output=repro.output,
         elsewhere=None,
         expected=(_expected(seen),),
-        context=(*([said[0]] if said and not said[1] else []), found_with()),
+        context=(*([said[0]] if said and not said[1] else []), *since_line(mine), found_with()),
         not_run=None,
         name=repro.slug,
         known=said[0] if said and said[1] else None,

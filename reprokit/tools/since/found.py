@@ -18,10 +18,13 @@ from reprokit.errors import ReprokitError
 from reprokit.infra.caching import file_digest
 from reprokit.records import SUMMARY, VariantResult, read_summary, write_summary
 from reprokit.records.folder import ISSUES, SCRIPT, RunFolder
-from reprokit.records.issues import read_index
+from reprokit.records.issues import read_index, write_index
 from reprokit.records.ops import OPS, read_ops, write_ops
-from reprokit.tools.minimize.graph.short import INPUTS_FILE
+from reprokit.tools.root_repro import _digest as summary_digest  # what root repros are made for
 
+# The short repro's inputs, beside it only when neither literals nor random draws showed it
+# (minimize.graph.short.INPUTS_FILE, not imported: that package imports torch)
+INPUTS_FILE = "inputs.pt"
 HINT = (
     "Give a repro file (exit 1: shows, 0: does not), a minimize folder, a run folder that "
     "`reprokit report` has written root repros into, or a `reprokit ops` folder."
@@ -117,9 +120,13 @@ def record(repros: list[Repro], since: Mapping[str, str], folder: Path) -> None:
     roots = {(r.label, t): since[r.name] for r in repros if r.label and r.name in since
              for t in r.roots}  # fmt: skip
     if roots:
-        summary = read_summary(folder)
+        summary, made_for = read_summary(folder), summary_digest(folder)
         variants = [_with_since(v, roots) for v in summary.variants]
         write_summary(summary.with_variants(variants), folder)
+        for variant in summary.variants:  # the root repros still hold for this summary.json
+            where = RunFolder(folder).variant(variant.label).path
+            if (kept := read_index(where, made_for)) is not None:
+                write_index(where, summary_digest(folder), kept)
 
 
 def _with_since(variant: VariantResult, since: Mapping[tuple[str, str], str]) -> VariantResult:

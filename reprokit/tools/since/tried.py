@@ -17,14 +17,16 @@ import re
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reprokit.environment.releases import release_env
 from reprokit.infra.caching import Store
 from reprokit.records.since import CANNOT_TELL, DOES_NOT, SHOWS, Tried
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.graph.alone import Ran, run_alone
 from reprokit.tools.since.found import Repro
+
+if TYPE_CHECKING:  # the minimize.graph package imports torch: only where a repro runs
+    from reprokit.tools.minimize.graph.alone import Ran
 
 NAMESPACE = "bisect"
 KEPT = 4000  # characters of each stream a cache entry keeps (the end: where the verdict is)
@@ -41,6 +43,8 @@ def try_release(repro: Repro, release: str, python: Path, options: Options, scra
     entry = store.get_json(key) if options.cache else None
     if isinstance(entry, dict) and entry.get("version") == 1:
         return replace(judge(_ran(entry)), seconds=entry.get("seconds", 0.0), cached=True)
+    from reprokit.tools.minimize.graph.alone import run_alone
+
     start = time.monotonic()
     ran = run_alone(repro.write, replace(options, python=str(python)), scratch)
     seconds = round(time.monotonic() - start, 1)
@@ -98,5 +102,7 @@ def _entry(ran: Ran, seconds: float) -> dict[str, Any]:
 
 
 def _ran(entry: dict[str, Any]) -> Ran:
+    from reprokit.tools.minimize.graph.alone import Ran
+
     return Ran(entry.get("returncode"), entry.get("stdout", ""), entry.get("stderr", ""),
                entry.get("signal"))  # fmt: skip
