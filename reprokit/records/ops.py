@@ -14,7 +14,9 @@ from typing import Any
 from reprokit.records._json import from_json, write_json
 
 OPS = "ops.json"
-KINDS = ("value", "nan-inf", "dtype", "shape", "error", "crash", "hang")
+# stale-graph: right alone, wrong right after a call with other non-tensor arguments (the
+# witness's ``arg`` names them): the graph compiled for that call reused (tools/ops/stale.py)
+KINDS = ("value", "nan-inf", "dtype", "shape", "error", "crash", "hang", "stale-graph")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,9 @@ class OpsSweep:
     tasks: int = 0  # ops x dtypes x passes x sample sets (OpInfo's, the edge values')
     cached: int = 0  # of them, those whose samples came from the results cache
     timings: dict[str, float] = field(default_factory=dict)  # seconds: samples, repros alone
+    # Pairs of calls checked for a reused compiled graph: ops_checked, probes, candidates,
+    # rechecked, found (tools/ops/stale.py); {} in files older than the check
+    stale_graph: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self) | {"backends": list(self.backends), "dtypes": list(self.dtypes)}

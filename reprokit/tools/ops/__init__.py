@@ -24,7 +24,7 @@ from reprokit.infra.caching import Store, file_digest
 from reprokit.records.ops import OpsSweep, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
-from reprokit.tools.ops import confirm
+from reprokit.tools.ops import confirm, stale
 from reprokit.tools.ops import groups as grouping
 from reprokit.tools.ops.pool import Pool, Task
 
@@ -41,6 +41,7 @@ SOURCES = [
     HERE / "samples.py",
     HERE / "features.py",
     HERE / "trigger.py",
+    HERE / "pairs.py",
     HERE.parent.parent / "comparison" / "tensors.py",
 ]
 WITNESS = "ops-witness"  # the cache's folder of the witnesses' large tensors
@@ -85,6 +86,7 @@ class _Asked:
     swept: list[float] = field(default_factory=list)  # when every sample was judged
     cache: bool = True  # the results cache read (it is always written)
     timed: dict[str, float] = field(default_factory=dict)  # seconds of the steps after
+    stale_graph: dict[str, Any] = field(default_factory=dict)  # pairs checked, found (stale.py)
 
 
 def sweep_ops(
@@ -267,6 +269,7 @@ def _finish(
     """Groups with their triggers (checked on new samples by ``pool``'s workers unless
     interrupted), their repros (run alone unless interrupted), ops.json and report.md."""
     out_dir, witness = asked.out_dir, Store(WITNESS).folder
+    records = _stale_graphs(asked, records, None if interrupted else pool)
     found = grouping.build(records)
     found = _triggers(asked, found, records, pool)
     codes = _codes(records, found)
@@ -292,6 +295,24 @@ def _finish(
     write_ops(out_dir, sweep)
     write_report(out_dir, sweep)
     return sweep
+
+
+def _stale_graphs(asked: _Asked, records: list[dict[str, Any]], pool: Any) -> list:
+    """The records with each stale-graph candidate judged alone and after its first call in
+    fresh workers (stale.py), the probes counted in ``asked.stale_graph``."""
+    begun = time.monotonic()
+    records, counts = stale.confirm(
+        records,
+        pool=pool,
+        jobs=asked.options.jobs,
+        versions=asked.versions,
+        code=_code_digest(),
+        cache=asked.cache,
+    )
+    asked.stale_graph.clear()
+    asked.stale_graph.update(counts)
+    asked.timed["stale_graph"] = round(time.monotonic() - begun, 1)
+    return records
 
 
 def _triggers(asked: _Asked, found: list, records: list[dict[str, Any]], pool: Any) -> list:
@@ -338,6 +359,7 @@ def _sweep(
         skips=_skips(listing, records),
         platform=_platform(records),
         cpu_wrong=_cpu_wrong(records),
+        stale_graph=dict(asked.stale_graph),
         groups=tuple(found),
         records=[_compact(r) for r in records],
         tasks=tasks,
@@ -361,6 +383,7 @@ def _codes(records: list[dict[str, Any]], found: list) -> dict[str, dict[str, An
                 r["dtype"],
                 r["edge"],
                 r["sample"],
+                r.get("arg", ""),
             )
             if r["verdict"] == "differs" and same == (
                 group.op,
@@ -372,8 +395,10 @@ def _codes(records: list[dict[str, Any]], found: list) -> dict[str, dict[str, An
                 w["dtype"],
                 w["edge"],
                 w["sample"],
+                w.get("arg") or "",
             ):
-                by_key[group.id] = dict(r.get("code") or {}) | {"leaf": r.get("leaf", 0)}
+                code = r.get("pair") if group.kind == stale.KIND else r.get("code")
+                by_key[group.id] = dict(code or {}) | {"leaf": r.get("leaf", 0)}
                 break
     return by_key
 
@@ -448,7 +473,7 @@ def _cpu_wrong(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _compact(record: dict[str, Any]) -> dict[str, Any]:
     """A sample's verdict as ops.json keeps it: the source of a sample only in its group."""
-    kept = {k: v for k, v in record.items() if k not in ("code", "seconds")}
+    kept = {k: v for k, v in record.items() if k not in ("code", "pair", "seconds")}
     if record["verdict"] == "match":
         kept.pop("described", None)
     return kept

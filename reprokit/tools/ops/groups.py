@@ -40,6 +40,8 @@ DTYPE_ORDER = (
     "uint8",
     "bool",
 )
+WITNESS = ("dtype", "edge", "sample", "described", "detail", "arg", "stale", "base")  # kept
+STALE = ("arg", "stale", "base")  # of them, a stale graph's: its arguments, first call, probe
 ALONE_TIMEOUT = 180.0  # seconds a repro may take alone (a hang's is killed at that)
 
 
@@ -50,14 +52,14 @@ def build(records: list[dict[str, Any]]) -> list[Group]:
     for r in records:
         if r["verdict"] == "differs":
             key = (r["op"], r["variant"], r["backend"], r["kind"], r["grad"])
-            keyed.setdefault((*key, r.get("inplace", False)), []).append(r)
-    groups = []
-    for (op, variant, backend, kind, grad, inplace), found in sorted(keyed.items()):
+            keyed.setdefault((*key, r.get("inplace", False), r.get("arg", "")), []).append(r)
+    groups = []  # arg: a stale graph's arguments (one group each)
+    for (op, variant, backend, kind, grad, inplace, arg), found in sorted(keyed.items()):
         witness = min(found, key=_smallest)
         dtypes = sorted({r["dtype"] for r in found}, key=_dtype_rank)
         owner = "torch" if any(r.get("owner") == "torch" for r in found if r is witness) else ""
         group = Group(
-            id=_slug(op, variant, kind, grad, backend) + ("_inplace" if inplace else ""),
+            id=_slug(op, variant, kind, grad, backend, arg) + ("_inplace" if inplace else ""),
             op=op,
             variant=variant,
             backend=backend,
@@ -66,7 +68,7 @@ def build(records: list[dict[str, Any]]) -> list[Group]:
             grad=grad,
             samples=len(found),
             owner=owner,
-            witness={k: witness.get(k) for k in ("dtype", "edge", "sample", "described", "detail")},
+            witness={k: witness.get(k) for k in WITNESS if k in witness or k not in STALE},
             inplace=inplace,
         )
         groups.append(replace(group, known=_known(group, witness)))
@@ -83,11 +85,12 @@ def _dtype_rank(dtype: str) -> int:
     return DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER)
 
 
-def _slug(op: str, variant: str, kind: str, grad: bool, backend: str) -> str:
+def _slug(op: str, variant: str, kind: str, grad: bool, backend: str, arg: str = "") -> str:
     parts = [
         op,
         variant,
         kind.replace("-", ""),
+        arg,
         "grad" if grad else "",
         "" if backend == "xla" else backend,
     ]

@@ -6,6 +6,7 @@ source (worker.code_of), without torch; checked by running it alone (minimize's 
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 MOST_LINES = 25
@@ -77,6 +78,13 @@ print(f"XLA gives {{xla.dtype}}{{list(xla.shape)}}: it did not {died}")
 
 def title(group: Any) -> str:
     """The one-line title of a group: what a maintainer reads first."""
+    variant = f" ({group.variant})" if group.variant else ""
+    if group.kind == "stale-graph":  # any dtype: the hash, not the arithmetic
+        arg, passed = group.witness.get("arg") or "argument", "in-place " if group.inplace else ""
+        return (
+            f"{passed}{group.op}{variant} on XLA: a second call with another {arg} returns the "
+            "first call's result (compiled graph reused)"
+        )
     what = {
         "value": "values far from float64",
         "nan-inf": "NaN/inf where CPU and float64 have none",
@@ -86,7 +94,6 @@ def title(group: Any) -> str:
         "crash": "kills the process",
         "hang": "hangs",
     }[group.kind]
-    variant = f" ({group.variant})" if group.variant else ""
     passed = "gradient of " if group.grad else "in-place " if group.inplace else ""
     trigger = getattr(group, "trigger", None) or {}
     when = f" when {trigger['condition']}" if _confirmed(trigger) else ""
@@ -106,6 +113,8 @@ def repro_text(group: Any, code: dict[str, Any], call: str | None, saved: str | 
     op (None: through OpInfo's database, which needs expecttest); ``saved``: the .pt file of
     its large tensors, beside it."""
     witness = group.witness
+    if group.kind == "stale-graph":
+        return _stale_text(group, code, call, saved)
     which = f"{'edge' if witness.get('edge') else 'OpInfo'} sample {witness['sample']}"
     which += ", gradient" if group.grad else ", in-place variant" if group.inplace else ""
     name = f"{group.op!r}" + (f" variant {group.variant!r}" if group.variant else "")
@@ -138,6 +147,95 @@ def repro_text(group: Any, code: dict[str, Any], call: str | None, saved: str | 
         rtol, atol = TOLERANCES.get(witness["dtype"], (1e-4, 1e-4))
         text += _JUDGE.format(rtol=max(rtol, 1e-4), atol=max(atol, 1e-4))
     return text
+
+
+_STALE = """\
+A0, K0 = {A0}, {K0}  # the first call's arguments
+A, K = {A}, {K}  # the second call's: the tensors' shapes the same, another {arg}
+def run(device, A, K):  # the op's result {note}on device
+    to = lambda v: v.detach().to(device, copy=True) if isinstance(v, torch.Tensor) else v
+    a, k = tree_map(to, A), dict(tree_map(to, K), **({{"device": device}} if "device" in K else {{}}))
+    out = tree_leaves({call}(*a, **k))[{leaf}]
+    return out.cpu() if isinstance(out, torch.Tensor) else torch.tensor(out)
+show = lambda t: f"{{t.dtype}}{{list(t.shape)}} {{t.flatten()[:6].tolist()}}"
+first = run("xla", A0, K0)  # XLA compiles a graph for these shapes
+xla, cpu = run("xla", A, K), run("cpu", A, K)  # the same shapes, another {arg}
+print(f"first call:  xla {{show(first)}}, cpu {{show(run('cpu', A0, K0))}}")
+print(f"second call: xla {{show(xla)}}, cpu {{show(cpu)}}")
+same = xla.shape == cpu.shape and torch.allclose(xla.double(), cpu.double(), {rtol}, {atol}, equal_nan=True)
+raise SystemExit(print("XLA matches" if same else "XLA DIFFERS: the second call got the first call's graph") or int(not same))
+"""
+
+
+def _stale_text(group: Any, code: dict[str, Any], call: str | None, saved: str | None) -> str:
+    """A stale graph's repro: the pair's two calls in a row on XLA (``code``: the source of
+    both, ``A0``/``K0`` and ``A``/``K``), the second's result against CPU's; exit 1 when it
+    differs. It reproduces alone by construction: the first call is in it."""
+    witness, arg = group.witness, group.witness.get("arg") or "argument"
+    first = (witness.get("stale") or {}).get("after", {}).get("sample")
+    which = f"OpInfo sample {first}, then sample {witness['sample']}"
+    if witness.get("base") is not None:  # a probe: the sample with one argument changed
+        which = f"OpInfo sample {first}, then sample {witness['base']} with another {arg}"
+    which += ", in-place variant" if group.inplace else ""
+    name = f"{group.op!r}" + (f" variant {group.variant!r}" if group.variant else "")
+    text = _HEAD.format(title=title(group), name=name, dtype=witness["dtype"], which=which)
+    if call is None:
+        text += "from torch.testing._internal.common_methods_invocations import op_db\n"
+        find = f"o.name == {group.op!r} and o.variant_test_name == {group.variant!r}"
+        fn = "inplace_variant" if group.inplace else "op"
+        text += f"OP = next(o.{fn} for o in op_db if {find})\n"
+        call = "OP"
+    if saved:
+        text += (
+            f'T = torch.load(__file__.rpartition("/")[0] + "/" * ("/" in __file__) + "{saved}")\n'
+        )
+    leaf = code.get("leaf", 0)
+    rtol, atol = TOLERANCES.get(witness["dtype"], (1e-4, 1e-4))
+    return text + _STALE.format(
+        A0=code["A0"],
+        K0=code["K0"],
+        A=_shared(code["A"], code["A0"], "A0"),
+        K=_shared(code["K"], code["K0"], "K0"),
+        arg=arg,
+        leaf=leaf,
+        note=f"{leaf} " if leaf else "",
+        call=call,
+        rtol=max(rtol, 1e-4),
+        atol=max(atol, 1e-4),
+    )
+
+
+TENSORS = ("torch.tensor(", "torch.zeros(", "T[")  # how a sample's tensor is written
+
+
+def _shared(second: str, first: str, name: str) -> str:
+    """The second call's arguments' source with each tensor the first call passes too, in the
+    same place, written as the first's (``A0[0]``): the pair's one difference stands out."""
+    ours, theirs = ast.parse(second, mode="eval").body, ast.parse(first, mode="eval").body
+    if isinstance(ours, ast.List) and isinstance(theirs, ast.List):
+        places = list(zip(range(len(ours.elts)), ours.elts, theirs.elts, strict=False))
+    elif isinstance(ours, ast.Dict) and isinstance(theirs, ast.Dict):
+        keys = [ast.literal_eval(k) if k is not None else None for k in theirs.keys]
+        mine = [ast.literal_eval(k) if k is not None else None for k in ours.keys]
+        places = [
+            (k, v, theirs.values[keys.index(k)])
+            for k, v in zip(mine, ours.values, strict=True)
+            if k in keys
+        ]
+    else:
+        return second
+    parts, last = [], 0
+    for where, node, other in places:
+        text = ast.get_source_segment(second, node) or ""
+        if text.startswith(TENSORS) and text == ast.get_source_segment(first, other):
+            parts += [second[last : _offset(second, node)], f"{name}[{where!r}]"]
+            last = _offset(second, node) + len(text)
+    return "".join(parts) + second[last:]
+
+
+def _offset(text: str, node: ast.AST) -> int:
+    line_starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+    return line_starts[node.lineno - 1] + node.col_offset
 
 
 def lines(text: str) -> int:

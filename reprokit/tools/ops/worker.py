@@ -30,12 +30,13 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
-from reprokit.tools.ops import features, judge, samples
+from reprokit.tools.ops import features, judge, pairs, samples
 
 POLL = 0.02  # seconds between looks for the driver's next batch
 # Tests only: ``OP:SAMPLE`` makes that sample of that OpInfo hang (in every dtype), so that a
@@ -81,6 +82,10 @@ def main(job_path: str, out_path: str) -> int:
         if "confirm" in job:  # new samples of the groups' triggers (features.confirm)
             device = _device(job["backend"])
             features.confirm(op_db, job, out, device, _fallbacks(job["backend"]))
+            return 0
+        if "recheck" in job:  # pairs' second samples in a fresh process: alone, or after
+            device = _device(job["backend"])
+            pairs.recheck(op_db, job, out, device, _fallbacks(job["backend"]))
             return 0
         sweep(op_db, job, out)
     return 0
@@ -183,40 +188,98 @@ def _inplace_call(op: Any) -> str | None:
 
 
 def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
-    """Each task's samples judged in turn, each announced before it runs."""
-    device = _device(job["backend"])
-    fallbacks = _fallbacks(job["backend"])
+    """Each task's samples judged in turn, each announced before it runs; after a forward
+    task's OpInfo samples, its probes (pairs.probes: one argument changed on a sample already
+    run, the shapes kept), numbered after them."""
     by_name = {(o.name, o.variant_test_name): o for o in op_db}
     witness = Path(job["witness_dir"])
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # past the timeout the process dies: a hang
+    judging = _Judging(
+        out, _device(job["backend"]), _fallbacks(job["backend"]), witness, int(job["timeout"])
+    )
     for task in _fed(job, out):
         op = by_name[(task["op"], task["variant"])]
-        dtype = getattr(torch, task["dtype"])
         grad, edge, start = task["grad"], task["edge"], task.get("start", 0)
-        inplace = task.get("inplace", False)
         describe = set(task.get("describe", ()))
-        hang = _hang(task["op"])
-        made = samples.op_samples(op, dtype, grad=grad, edge=edge)
+        made = samples.op_samples(op, getattr(torch, task["dtype"]), grad=grad, edge=edge)
+        seen: list[Any] = []
         for i, sample in enumerate(made):
+            seen.append(sample)
             if i in describe:
                 _emit(out, {"id": task["id"], "sample": i, "code": code_of(sample, witness)})
-            if i < start:
-                continue
-            described = samples.describe(sample) | {"features": features.of(op, sample)}
-            _emit(out, {"begin": task["id"], "sample": i, "described": described})
-            signal.alarm(int(job["timeout"]))
-            if i == hang:
-                threading.Event().wait()  # until the alarm ends the process
-            fallbacks(clear=True)
-            found = judge.judge(
-                op, sample, dtype, device, grad=grad, fallbacks=fallbacks, inplace=inplace
-            )
-            signal.alarm(0)
-            found |= {"sample": i, "described": described}
-            if found["verdict"] == "differs":
-                found["code"] = code_of(sample, witness)
-            _emit(out, {"id": task["id"], "record": found})
+            if i >= start:
+                judging.sample(task, op, i, sample)
+        probes = pairs.probes(seen) if not grad and not edge else []
+        for k, (sample, base, _) in enumerate(probes, start=len(seen)):
+            if k in describe:
+                _emit(out, {"id": task["id"], "sample": k, "code": code_of(sample, witness)})
+            if k >= start:
+                judging.sample(task, op, k, sample, base=base)
         _emit(out, {"done": task["id"]})
+
+
+@dataclass
+class _Judging:
+    """One sample judged and answered; in a forward pass, one that differs checked against
+    the matched samples of the same shapes run before it in this process (pairs.History)."""
+
+    out: IO[str]
+    device: str
+    fallbacks: Any
+    witness: Path
+    timeout: int
+    history: pairs.History = field(default_factory=pairs.History)
+    op: tuple[str, str] = ("", "")  # the op the history holds samples of
+
+    def sample(
+        self, task: dict[str, Any], op: Any, i: int, sample: Any, *, base: int | None = None
+    ) -> None:
+        """``base``: the sample is a probe made from that one."""
+        dtype, grad = getattr(torch, task["dtype"]), task["grad"]
+        inplace = task.get("inplace", False)
+        described = samples.describe(sample) | {"features": features.of(op, sample)}
+        _emit(self.out, {"begin": task["id"], "sample": i, "described": described})
+        signal.alarm(self.timeout)
+        if i == _hang(task["op"]):
+            threading.Event().wait()  # until the alarm ends the process
+        self.fallbacks(clear=True)
+        found = judge.judge(
+            op, sample, dtype, self.device, grad=grad, fallbacks=self.fallbacks, inplace=inplace
+        )
+        if not grad:
+            found |= self._paired(task, op, i, sample, found)
+        signal.alarm(0)
+        if base is not None and "stale" not in found:  # a probe is kept only as a pair
+            found = {"verdict": found["verdict"], "probe": True, "base": base}
+        elif base is not None:
+            found |= {"probe": True, "base": base}
+        found |= {"sample": i, "described": described}
+        if found["verdict"] == "differs":
+            found["code"] = code_of(sample, self.witness)
+        _emit(self.out, {"id": task["id"], "record": found})
+
+    def _paired(
+        self, task: dict[str, Any], op: Any, i: int, sample: Any, found: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A matched sample remembered; for one that differs, the earlier sample whose
+        compiled graph explains XLA's answer, its arguments that differ and the pair's
+        source (``stale``, ``pair``), or nothing."""
+        if self.op != (task["op"], task["variant"]):  # an op's tasks come together
+            self.history, self.op = pairs.History(), (task["op"], task["variant"])
+        key = (task.get("inplace", False),)
+        if found["verdict"] == "match":
+            self.history.note(key, {"edge": task["edge"], "sample": i}, sample)
+            return {}
+        if found["verdict"] != "differs" or found.get("kind") not in pairs.KINDS:
+            return {}
+        dtype = getattr(torch, task["dtype"])
+        run = judge._runner(op, sample, dtype, grad=False, inplace=task.get("inplace", False))
+        explained = self.history.explain(op, key, sample, run)
+        if explained is None:
+            return {}
+        ref, earlier, args = explained
+        pair = code_of(sample, self.witness, before=earlier)
+        return {"stale": {"after": ref, "args": args}, "pair": pair}
 
 
 def _fed(job: dict[str, Any], out: IO[str]) -> Iterator[dict[str, Any]]:
@@ -270,13 +333,17 @@ def _fallbacks(backend: str) -> Any:
     return fallbacks
 
 
-def code_of(sample: Any, witness: Path) -> dict[str, Any]:
+def code_of(sample: Any, witness: Path, *, before: Any = None) -> dict[str, Any]:
     """The sample as a repro's source: its positional arguments (``A``), keyword arguments
-    (``K``), which leaves require grad (``G``) and the .pt file of its large tensors."""
+    (``K``), which leaves require grad (``G``) and the .pt file of its large tensors; with
+    ``before``, that sample's too (``A0``, ``K0``: a pair's first call, in the same .pt)."""
     saved: list[torch.Tensor] = []
+    code: dict[str, Any] = {}
     try:
-        args = samples.source([sample.input, *sample.args], saved)
-        kwargs = samples.source(dict(sample.kwargs), saved)
+        for name, made in (("0", before), ("", sample)):
+            if made is not None:
+                code["A" + name] = samples.source([made.input, *made.args], saved)
+                code["K" + name] = samples.source(dict(made.kwargs), saved)
     except samples.Unwritable as why:
         return {"unwritable": str(why)}
     except Exception as exc:  # a sparse tensor's tolist(): no source, and no death
@@ -285,7 +352,7 @@ def code_of(sample: Any, witness: Path) -> dict[str, Any]:
 
     leaves = tree_leaves((sample.input, tuple(sample.args)))
     grads = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.requires_grad]
-    code = {"A": args, "K": kwargs, "G": grads, "saved": None}
+    code |= {"G": grads, "saved": None}
     if saved:
         witness.mkdir(parents=True, exist_ok=True)
         scratch = witness / f".{os.getpid()}.pt"

@@ -1,0 +1,251 @@
+"""Pairs of calls, in the worker (torch imported): samples of one op whose tensors have the same
+shapes and dtypes but whose other arguments differ, run one after the other in one process.
+
+torch_xla keys a compiled graph by a hash of its IR nodes; a node whose hash leaves out one of
+its non-tensor arguments (``avg_pool2d``'s ``divisor_override``, ``pixel_shuffle``'s
+``upscale_factor``: pytorch/xla#8353 and #9350 show the class) reuses the graph compiled for an
+earlier call with the same shapes, and returns that call's answer. A sweep that runs an op's
+samples in one process is where this shows, and where it is misread as the op being wrong.
+
+- :func:`probes`: for an op's forward samples, each non-tensor argument changed alone, on the
+  smallest sample that has it, to another value the op's own samples give it (OpInfo's samples
+  rarely differ in one argument only);
+- :class:`History`: the samples that matched in this process, by shapes and dtypes; a sample
+  that differs is a stale-graph candidate when CPU, given an earlier matched sample's other
+  arguments and this sample's tensors, gives XLA's answer (:meth:`History.explain`);
+- :func:`rebuild`: a sample again from its source (``worker.code_of``), so that a fresh process
+  judges the very same values alone and after its predecessor (``worker.recheck``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+from torch.testing._internal.opinfo.core import SampleInput
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from reprokit.tools.ops import judge
+
+MOST_PROBES = 8  # argument slots changed per op and dtype
+MOST_ELEMENTS = 4096  # a probe's base sample holds at most this many elements
+KEPT = 8  # matched samples remembered per op and shapes (the first compiled is what is reused)
+TRIED = 4  # of them, tried as the explanation of a sample that differs
+KINDS = ("value", "nan-inf", "shape", "dtype")  # what a reused graph can look like
+_none = object()  # an argument a sample does not pass
+Slot = int | str  # a positional argument's index in ``sample.args``, or a keyword's name
+
+
+def signature(sample: SampleInput) -> tuple:
+    """The sample's tensors' shapes and dtypes, in order: what a graph's hash always holds."""
+    leaves, _ = tree_flatten((sample.input, sample.args, sample.kwargs))
+    return tuple((tuple(t.shape), str(t.dtype)) for t in leaves if isinstance(t, torch.Tensor))
+
+
+def _plain(value: Any) -> bool:
+    """An argument a probe may change: a number, bool, string, None or a tuple of numbers."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    return isinstance(value, tuple | list) and all(isinstance(v, bool | int | float) for v in value)
+
+
+def slots(sample: SampleInput) -> dict[Slot, Any]:
+    """The sample's non-tensor arguments a probe may change, by position or keyword."""
+    found: dict[Slot, Any] = {i: v for i, v in enumerate(sample.args) if _plain(v)}
+    found |= {k: v for k, v in sample.kwargs.items() if _plain(v)}
+    return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and repr(a) == repr(b)
+
+
+def with_slot(sample: SampleInput, slot: Slot, value: Any) -> SampleInput:
+    """``sample`` with one argument replaced (its tensors cloned: a fresh leaf each)."""
+    leaves, spec = tree_flatten((sample.input, list(sample.args), dict(sample.kwargs)))
+    input_, args, kwargs = tree_unflatten([_clone(v) for v in leaves], spec)
+    if isinstance(slot, int):
+        args[slot] = value
+    else:
+        kwargs[slot] = value
+    return SampleInput(input_, args=tuple(args), kwargs=kwargs)
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    return value
+
+
+def probes(samples: list[SampleInput]) -> list[tuple[SampleInput, int, Slot]]:
+    """Each argument slot changed alone (at most :data:`MOST_PROBES`): on the sample of fewest
+    elements (none empty) that has it, to the first other value another sample gives it.
+    Deterministic: the same samples give the same probes in any process."""
+    sizes = [sum(t.numel() for t in _tensors(s)) for s in samples]
+    found: list[tuple[SampleInput, int, Slot]] = []
+    seen: set[Slot] = set()
+    for s in samples:
+        for slot in slots(s):
+            if slot in seen or len(found) >= MOST_PROBES:
+                continue
+            having = [i for i, t in enumerate(samples) if slot in slots(t)]
+            bases = [i for i in having if 0 < sizes[i] <= MOST_ELEMENTS]
+            if not bases:
+                continue
+            base = min(bases, key=lambda i: (sizes[i], i))
+            ours = slots(samples[base])[slot]
+            values = (slots(samples[i])[slot] for i in having)
+            other = next((v for v in values if not _same(v, ours)), _none)
+            if other is _none:
+                continue
+            seen.add(slot)
+            found.append((with_slot(samples[base], slot, other), base, slot))
+    return found
+
+
+def _tensors(sample: SampleInput) -> list[torch.Tensor]:
+    leaves, _ = tree_flatten((sample.input, sample.args, sample.kwargs))
+    return [t for t in leaves if isinstance(t, torch.Tensor)]
+
+
+def param_names(op: Any) -> list[str]:
+    """The op's parameter names after its input (``avg_pool2d``: kernel_size, stride, ...),
+    from its signature or, for a builtin, its docstring's first line; [] when neither says."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(op.op).parameters.values())
+        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        first = (getattr(op.op, "__doc__", None) or "").strip().split("\n", 1)[0]
+        found = re.match(r"[\w.]+\(([^)]*)\)", first)
+        names = [p.split("=")[0].strip() for p in found.group(1).split(",")] if found else []
+        names = [n for n in names if n.isidentifier()]
+    return names[1:]
+
+
+def differing(op: Any, a: SampleInput, b: SampleInput) -> list[str]:
+    """The names of the non-tensor arguments that differ between two samples."""
+    names = param_names(op)
+    found = []
+    for i in range(max(len(a.args), len(b.args))):
+        x, y = (s.args[i] if i < len(s.args) else _none for s in (a, b))
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or _same(x, y):
+            continue
+        found.append(names[i] if i < len(names) else f"argument {i + 2}")
+    for key in sorted(set(a.kwargs) | set(b.kwargs)):
+        x, y = a.kwargs.get(key, _none), b.kwargs.get(key, _none)
+        if not (isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or _same(x, y)):
+            found.append(key)
+    return found
+
+
+def grafted(a: SampleInput, b: SampleInput) -> SampleInput:
+    """``a``'s other arguments with ``b``'s tensors: what a graph compiled for ``a`` computes
+    when it is handed ``b``'s inputs."""
+    theirs = iter(_tensors(b))
+    leaves, spec = tree_flatten((a.input, list(a.args), dict(a.kwargs)))
+    leaves = [next(theirs) if isinstance(v, torch.Tensor) else v for v in leaves]
+    input_, args, kwargs = tree_unflatten(leaves, spec)
+    return SampleInput(input_, args=tuple(args), kwargs=kwargs)
+
+
+@dataclass
+class History:
+    """The samples that matched in this process, by op, pass and tensors' shapes and dtypes."""
+
+    kept: dict[tuple, list[tuple[dict[str, Any], SampleInput]]] = field(default_factory=dict)
+
+    def note(self, key: tuple, ref: dict[str, Any], sample: SampleInput) -> None:
+        entries = self.kept.setdefault((*key, signature(sample)), [])
+        if len(entries) < KEPT:
+            entries.append((ref, sample))
+
+    def explain(
+        self, op: Any, key: tuple, sample: SampleInput, run: Callable[..., list[Any]]
+    ) -> tuple[dict[str, Any], SampleInput, list[str]] | None:
+        """The earlier matched sample whose graph this one got: CPU, given that sample's other
+        arguments and this one's tensors, gives what XLA gave; with the arguments that
+        differ. ``run(device, given=...)`` is the judge's runner."""
+        entries = self.kept.get((*key, signature(sample)), [])
+        tried = 0
+        for ref, earlier in entries:
+            args = differing(op, earlier, sample)
+            if not args or tried >= TRIED:
+                continue
+            tried += 1
+            try:
+                xla, cpu = run("xla"), run("cpu", given=grafted(earlier, sample))
+            except Exception:  # the other arguments refused these tensors
+                continue
+            if close(xla, cpu):
+                return ref, earlier, args
+        return None
+
+
+def close(xs: list[Any], ys: list[Any]) -> bool:
+    """Every result the same shape and dtype and close (exact for integers and bools)."""
+    if len(xs) != len(ys):
+        return False
+    for x, y in zip(xs, ys, strict=True):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            if not _same(x, y):
+                return False
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if not (x.is_floating_point() or x.is_complex()):
+            if not torch.equal(x, y):
+                return False
+            continue
+        half = x.dtype in (torch.float16, torch.bfloat16)
+        tol = (1e-2, 1e-3) if half else (1e-4, 1e-5)
+        if not torch.allclose(x.double(), y.double(), *tol, equal_nan=True):
+            return False
+    return True
+
+
+def rebuild(code: dict[str, Any], saved: list[torch.Tensor] | None, *, first: bool) -> SampleInput:
+    """A sample from its source (``worker.code_of``'s, of a pair): the second call's
+    (``A``, ``K``) or, ``first``, the first's (``A0``, ``K0``), the same values the sweep ran."""
+    names = {"torch": torch, "T": saved, "float": float, "slice": slice}
+    args = eval(code["A0" if first else "A"], names)  # our own source (worker.code_of)
+    kwargs = eval(code["K0" if first else "K"], names)
+    return SampleInput(args[0], args=tuple(args[1:]), kwargs=kwargs)
+
+
+def recheck(
+    op_db: list, job: dict[str, Any], out: IO[str], device: str, fallbacks: Callable
+) -> None:
+    """Each item's pair rebuilt from its source and its second sample judged in this fresh
+    process: alone (``mode`` "alone"), or right after its first sample ("after"). A fresh
+    process holds no compiled graph: torch_xla 2.9 has no call that empties its compilation
+    cache (``torch_xla._XLAC`` offers only counting it), so a new process is the sure way.
+    Each item announced (``{"recheck": n, "begin": true}``) before it runs."""
+    by_name = {(o.name, o.variant_test_name): o for o in op_db}
+    witness = Path(job["witness_dir"])
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # past the timeout the process dies
+    for n, item in enumerate(job["recheck"]):
+        _answer(out, {"recheck": n, "begin": True})
+        op = by_name[(item["op"], item["variant"])]
+        code, dtype = item["pair"], getattr(torch, item["dtype"])
+        saved = torch.load(witness / code["saved"]) if code.get("saved") else None
+        how = {"grad": False, "fallbacks": fallbacks, "inplace": item.get("inplace", False)}
+        signal.alarm(int(job["timeout"]))
+        if job["mode"] == "after":
+            judge.judge(op, rebuild(code, saved, first=True), dtype, device, **how)
+        fallbacks(clear=True)
+        found = judge.judge(op, rebuild(code, saved, first=False), dtype, device, **how)
+        signal.alarm(0)
+        _answer(out, {"recheck": n, "record": found})
+
+
+def _answer(out: IO[str], message: dict[str, Any]) -> None:
+    out.write(json.dumps(message, default=str) + "\n")
+    out.flush()

@@ -1,0 +1,148 @@
+"""Stale compiled graphs, in the harness (torch-free): a sample that is right alone but wrong
+right after another call of its op with the same tensors' shapes and other non-tensor
+arguments got the graph compiled for that call (torch_xla's IR node hash leaves the argument
+out). The workers find the candidates as they sweep (pairs.py: a differing sample whose XLA
+answer is what CPU gives with an earlier matched sample's arguments, and probes that change one
+argument of a sample already run); here each is judged again in fresh processes, alone and
+right after its first call (worker ``recheck`` jobs, answers cached like tasks'), and becomes
+a ``stale-graph`` record (named with the arguments that differ) where alone it is right and
+after it is wrong again. Probes are kept only as such records, and counted."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from reprokit.infra.caching import Store
+
+KIND = "stale-graph"
+CHECKED = 2  # candidates judged again per op, dtype, pass and argument (the rest follow them)
+RIGHT = ("match", "platform", "cpu_wrong")  # verdicts where XLA agrees with float64
+MODES = ("alone", "after")
+
+
+def confirm(
+    records: list[dict[str, Any]],
+    *,
+    pool: Any = None,
+    jobs: int = 1,
+    versions: dict[str, str] | None = None,
+    code: list[str | None] | None = None,
+    cache: bool = True,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The records with every confirmed candidate a ``stale-graph`` record, the others as the
+    sweep judged them (a probe that is not one left out); and the counts for ops.json's
+    ``stale_graph``. Without a pool (an interrupted sweep) nothing is confirmed."""
+    by_key: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("stale") and "A" in (r.get("pair") or {}):
+            by_key.setdefault(_key(r), []).append(r)
+    checked = [r for found in by_key.values() for r in found[:CHECKED]]
+    answers = _answers(checked, pool, jobs, versions or {}, code or [], cache=cache)
+    confirmed = {
+        key
+        for key, found in by_key.items()
+        if any(_shown(answers.get(id(r))) for r in found[:CHECKED])
+    }
+    kept = []
+    for r in records:
+        if r.get("stale") and _key(r) in confirmed:
+            kept.append(_stale(r, answers.get(id(r))))
+        elif not r.get("probe"):
+            kept.append({k: v for k, v in r.items() if k not in ("stale", "pair")})
+    probed = [r for r in records if r.get("probe")]
+    counts = {
+        "ops_checked": len({(r["op"], r["variant"]) for r in probed}),
+        "probes": len(probed),
+        "candidates": sum(len(found) for found in by_key.values()),
+        "rechecked": len(checked) if pool is not None else 0,
+        "found": len({key[:2] + key[-1:] for key in confirmed}),
+    }
+    return kept, counts
+
+
+def _key(r: dict[str, Any]) -> tuple:
+    args = tuple(r["stale"]["args"])
+    return (r["op"], r["variant"], r["dtype"], r["backend"], r.get("inplace", False), args)
+
+
+def _shown(answer: dict[str, Any] | None) -> bool:
+    """Right alone, wrong again right after its first call."""
+    if not answer or not all(m in answer for m in MODES):
+        return False
+    return answer["alone"]["verdict"] in RIGHT and answer["after"]["verdict"] == "differs"
+
+
+def _stale(r: dict[str, Any], answer: dict[str, Any] | None) -> dict[str, Any]:
+    """A confirmed candidate as a ``stale-graph`` record: the arguments the reused graph
+    ignores, what XLA gave (the sweep's detail) and what it gives alone."""
+    args = ", ".join(r["stale"]["args"])
+    alone = answer["alone"]["verdict"] if answer else "not judged again (others of it were)"
+    detail = f"after a call with another {args}, XLA gives that call's graph's answer ({r.get('kind')}: {r.get('detail', '')}); alone: {alone}"  # noqa: E501
+    return r | {"kind": KIND, "arg": args, "was": r.get("kind"), "detail": detail}
+
+
+def _answers(
+    checked: list[dict[str, Any]],
+    pool: Any,
+    jobs: int,
+    versions: dict[str, str],
+    code: list[str | None],
+    *,
+    cache: bool,
+) -> dict[int, dict[str, Any]]:
+    """Each checked record's verdicts alone and after (by ``id`` of the record): cached, else
+    judged in fresh workers, in rounds whose items share no op and shapes (one item's graph
+    must not serve another's), the two modes' workers at once where ``jobs`` allows."""
+    if pool is None:
+        return {}
+    store = Store("ops-stale")
+    found: dict[int, dict[str, Any]] = {}
+    pending: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {m: [] for m in MODES}
+    for r in checked:
+        item = _item(r)
+        for mode in MODES:
+            hit = store.get_json(store.key([item, mode], versions, code)) if cache else None
+            if hit is None:
+                pending[mode].append((r, item))
+            else:
+                found.setdefault(id(r), {})[mode] = hit
+    jobs_ = [(mode, share) for mode in MODES for share in _rounds(pending[mode]) if pending[mode]]
+    if not jobs_:
+        return found
+    with ThreadPoolExecutor(max(1, min(jobs, len(jobs_)))) as threads:
+        asked = (
+            {
+                "recheck": [item for _, item in share],
+                "mode": mode,
+                "backend": share[0][1]["backend"],
+            }
+            for mode, share in jobs_
+        )
+        answered = list(threads.map(pool.answer, asked))
+    for (mode, share), lines in zip(jobs_, answered, strict=True):
+        got = {line["recheck"]: line["record"] for line in lines if "record" in line}
+        for n, (r, item) in enumerate(share):
+            if n in got:
+                found.setdefault(id(r), {})[mode] = got[n]
+                store.put_json(store.key([item, mode], versions, code), got[n])
+    return found
+
+
+def _item(r: dict[str, Any]) -> dict[str, Any]:
+    keys = ("op", "variant", "dtype", "backend")
+    return {k: r[k] for k in keys} | {"inplace": r.get("inplace", False), "pair": r["pair"]}
+
+
+def _rounds(pending: list[tuple[dict[str, Any], Any]]) -> list[list[tuple[dict[str, Any], Any]]]:
+    """The items in rounds: the k-th item of each op and tensors' shapes in round k."""
+    rounds: list[list[tuple[dict[str, Any], Any]]] = []
+    seen: dict[tuple, int] = {}
+    for r, item in pending:
+        shapes = tuple((r.get("described") or {}).get("tensors", ()))
+        where = (r["op"], r["variant"], r.get("inplace", False), shapes)
+        k = seen[where] = seen.get(where, -1) + 1
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append((r, item))
+    return rounds
