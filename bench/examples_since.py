@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| report | since | last release |\n| --- | --- | --- |")
     for name, said in found.items():
         last = list(said["tried"].values())[-1]
-        print(f"| {name.removesuffix('.py')} | {said['since']} | {last['why'][:80]} |")
+        print(f"| {Path(name).stem} | {said['since']} | {last['why'][:80]} |")
     print(f"\n{len(found)} repros in {seconds:.0f} s")
     return 0
 

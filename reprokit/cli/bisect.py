@@ -44,6 +44,9 @@ def bisect_(
     all_releases: Annotated[
         bool, typer.Option("--all-releases", help="repros: run on every release, no bisection")
     ] = False,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="run every stage and repro, cached or not")
+    ] = False,
     set_: SetOpt = None,
     n: JobsOpt = "1",
     timeout: TimeoutOpt = TIMEOUT,
@@ -57,7 +60,7 @@ def bisect_(
     the same outcome at both ends; 2: bad input; 130: interrupted."""
     from reprokit.tools.bisect import describe
 
-    given = {"timeout": timeout, "templates": templates, "xla_device": "CPU"}  # no --xla-device
+    given = {"timeout": timeout, "templates": templates, "xla_device": "CPU", "no_cache": no_cache}
     options = build_options(given, jobs=jobs(n))
     if are_repros(case):
         raise typer.Exit(_bisect_repros(case, releases, output, options, all_releases))

@@ -1,9 +1,9 @@
 """The one content-addressed store that reprokit's caches keep their entries in.
 
 Each cache is a namespace, a folder under :func:`cache_root` (``results/``, ``envs/``,
-``comparisons/``, ``reduced/``, ``environments/``, ``minimize/``), and decides what its key is
-made of (``templates/`` is Jinja's own: generate/render.py); the store decides how a key is
-hashed (:meth:`Store.key`), and how an entry is written so that a reader never sees half of
+``comparisons/``, ``reduced/``, ``environments/``, ``minimize/``, ``bisect/``), and decides what
+its key is made of (``templates/`` is Jinja's own: generate/render.py); the store decides how a
+key is hashed (:meth:`Store.key`), and how an entry is written so that a reader never sees half of
 one: a JSON entry is replaced atomically (:meth:`Store.put_json`), a folder entry is made under
 a temporary name and renamed into place whole (:meth:`Store.put_folder`), and writers of the
 same folder entry can take its file lock (:meth:`Store.lock`) so that one builds it while the

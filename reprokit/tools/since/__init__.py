@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,8 @@ def bisect_repros(
     first path's folder unless given) and each answer into its record."""
     paths = [Path(p) for p in paths]
     found = {path: find_repros(path) for path in paths}
+    if len(paths) > 1:  # two minimize folders' repro.py: named by where they are
+        found = {path: [_named(r, path) for r in rs] for path, rs in found.items()}
     repros = [r for rs in found.values() for r in rs]
     out = Path(out) if out is not None else (paths[0] if paths[0].is_dir() else paths[0].parent)
     out.mkdir(parents=True, exist_ok=True)
@@ -91,6 +93,11 @@ def bisect_repros(
         if path.is_dir():
             record(rs, said, path)
     return result
+
+
+def _named(repro: Repro, given: Path) -> Repro:
+    """Its name with the path given before it: ``small/repro.py``, ``ops-out/mean_error``."""
+    return replace(repro, name=str(given) if given.is_file() else f"{given}/{repro.name}")
 
 
 class _Pythons:
