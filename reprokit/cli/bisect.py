@@ -21,7 +21,7 @@ from reprokit.cli.app import (
     reports_errors,
 )
 from reprokit.environment.releases import releases as release_list
-from reprokit.errors import ExitCode
+from reprokit.errors import ExitCode, ReprokitError
 from reprokit.generate.variants import parse_sets
 from reprokit.records.since import BISECT
 from reprokit.run_flags import build_options
@@ -64,6 +64,8 @@ def bisect_(
     options = build_options(given, jobs=jobs(n))
     if are_repros(case):
         raise typer.Exit(_bisect_repros(case, releases, output, options, all_releases))
+    if all_releases:
+        raise ReprokitError("--all-releases is for repros", hint="Give repro files or folders.")
     run_dir = output or default_run_dir()
     try:
         found = reprokit.bisect(
