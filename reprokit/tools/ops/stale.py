@@ -44,9 +44,10 @@ def confirm(
         for key, found in by_key.items()
         if any(_shown(answers.get(id(r))) for r in found[:CHECKED])
     }
-    kept = []
-    for r in records:
-        if r.get("stale") and _key(r) in confirmed:
+    kept, judged = [], {id(r) for r in checked}
+    for r in records:  # one judged again by its own answers, the others by their key's
+        paired = r.get("stale") and "A" in (r.get("pair") or {})
+        if paired and (_shown(answers.get(id(r))) if id(r) in judged else _key(r) in confirmed):
             kept.append(_stale(r, answers.get(id(r))))
         elif not r.get("probe"):
             kept.append({k: v for k, v in r.items() if k not in ("stale", "pair")})
