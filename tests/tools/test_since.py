@@ -120,6 +120,20 @@ def test_a_repro_file_bisected_in_this_venv_and_cached(here, cli, tmp_path):
     assert [t["cached"] for t in found["tried"].values()] == [True, True], again.output
 
 
+def test_a_minimize_folders_repro_with_the_inputs_it_reads(here, tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "repro.py").write_text(
+        "import pathlib\nraise SystemExit(pathlib.Path('inputs.pt').is_file())\n"
+    )
+    (small / "inputs.pt").write_bytes(b"tensors")
+    found = since_tool.bisect_repros([small], ["2.9"], options=_options())
+    assert found.found[0].tried["2.9"].verdict == SHOWS  # inputs.pt was beside it
+    assert json.loads((small / "bisect.json").read_text())["repros"]["repro.py"]["since"] == (
+        "on every release tried (2.9)"
+    )
+
+
 def test_a_sweeps_groups_get_since(here, tmp_path):
     (tmp_path / "repro_mean_error.py").write_text(SHOWING)
     witness = {"dtype": "float16", "sample": 1}
