@@ -50,6 +50,14 @@ def markdown(sweep: OpsSweep) -> str:
         f"{sweep.seconds:,.0f} s ({sweep.cached} tasks from the results cache).",
         "",
     ]
+    if sweep.stale_graph:  # older files: none
+        s = sweep.stale_graph
+        lines += [
+            f"Stale compiled graphs (a second call with other non-tensor arguments): "
+            f"{s.get('ops_checked', 0)} ops checked with {s.get('probes', 0)} pairs made, "
+            f"{s.get('candidates', 0)} candidates, {s.get('found', 0)} found.",
+            "",
+        ]
     lines += _groups(sweep.groups) + _families(sweep) + _skips(sweep) + _platform(sweep)
     lines += _cpu_wrong(sweep)
     return "\n".join(lines).rstrip() + "\n"

@@ -316,11 +316,15 @@ def _stale_graphs(asked: _Asked, records: list[dict[str, Any]], pool: Any) -> li
 
 
 def _triggers(asked: _Asked, found: list, records: list[dict[str, Any]], pool: Any) -> list:
-    """Each group's trigger (confirm.py), its new samples' time in the timings."""
+    """Each group's trigger (confirm.py), its new samples' time in the timings. A stale
+    graph's is its kind: a call with another argument before it."""
     begun = time.monotonic()
+    order = {g.id: i for i, g in enumerate(found)}
+    stale_graphs = [g for g in found if g.kind == stale.KIND]
+    found = [g for g in found if g.kind != stale.KIND]
     if asked.announce and pool is not None and found:
         asked.announce(f"ops: the triggers of {len(found)} groups, checked on new samples")
-    found = confirm.triggers(
+    found = stale_graphs + confirm.triggers(
         found,
         records,
         pool=pool,
@@ -330,7 +334,7 @@ def _triggers(asked: _Asked, found: list, records: list[dict[str, Any]], pool: A
         cache=asked.cache,
     )
     asked.timed["triggers"] = round(time.monotonic() - begun, 1)
-    return found
+    return sorted(found, key=lambda g: order[g.id])
 
 
 def _sweep(

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from reprokit.infra.python_source import parse_python
+
 MOST_LINES = 25
 # torch.testing's tolerances per dtype: within them of CPU an element is no divergence (the
 # sweep's comparison counts elements so); the fp64 rule's own is 1e-4
@@ -211,7 +213,7 @@ TENSORS = ("torch.tensor(", "torch.zeros(", "T[")  # how a sample's tensor is wr
 def _shared(second: str, first: str, name: str) -> str:
     """The second call's arguments' source with each tensor the first call passes too, in the
     same place, written as the first's (``A0[0]``): the pair's one difference stands out."""
-    ours, theirs = ast.parse(second, mode="eval").body, ast.parse(first, mode="eval").body
+    ours, theirs = (_expression(text) for text in (second, first))
     if isinstance(ours, ast.List) and isinstance(theirs, ast.List):
         places = list(zip(range(len(ours.elts)), ours.elts, theirs.elts, strict=False))
     elif isinstance(ours, ast.Dict) and isinstance(theirs, ast.Dict):
@@ -231,6 +233,12 @@ def _shared(second: str, first: str, name: str) -> str:
             parts += [second[last : _offset(second, node)], f"{name}[{where!r}]"]
             last = _offset(second, node) + len(text)
     return "".join(parts) + second[last:]
+
+
+def _expression(text: str) -> ast.AST | None:
+    """The one expression ``text`` is (parsed under reprokit's one lock), else None."""
+    body = parse_python(text).body
+    return body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr) else None
 
 
 def _offset(text: str, node: ast.AST) -> int:
