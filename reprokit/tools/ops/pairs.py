@@ -205,7 +205,7 @@ def close(xs: list[Any], ys: list[Any]) -> bool:
                 return False
             continue
         half = x.dtype in (torch.float16, torch.bfloat16)
-        tol = (1e-2, 1e-3) if half else (1e-4, 1e-5)
+        tol = (5e-2, 1e-2) if half else (1e-3, 1e-4)  # a filter: fresh processes decide
         if not torch.allclose(x.double(), y.double(), *tol, equal_nan=True):
             return False
     return True
