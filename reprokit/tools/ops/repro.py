@@ -119,18 +119,7 @@ def repro_text(group: Any, code: dict[str, Any], call: str | None, saved: str | 
         return _stale_text(group, code, call, saved)
     which = f"{'edge' if witness.get('edge') else 'OpInfo'} sample {witness['sample']}"
     which += ", gradient" if group.grad else ", in-place variant" if group.inplace else ""
-    name = f"{group.op!r}" + (f" variant {group.variant!r}" if group.variant else "")
-    text = _HEAD.format(title=title(group), name=name, dtype=witness["dtype"], which=which)
-    if call is None:
-        text += "from torch.testing._internal.common_methods_invocations import op_db\n"
-        find = f"o.name == {group.op!r} and o.variant_test_name == {group.variant!r}"
-        fn = "inplace_variant" if group.inplace else "op"
-        text += f"OP = next(o.{fn} for o in op_db if {find})\n"
-        call = "OP"
-    if saved:  # beside the script, wherever it is run from
-        text += (
-            f'T = torch.load(__file__.rpartition("/")[0] + "/" * ("/" in __file__) + "{saved}")\n'
-        )
+    text, call = _head(group, which, call, saved)
     text += f"A, K = {code['A']}, {code['K']}  # the sample's arguments\n"
     leaf = code.get("leaf", 0)
     text += _RUN.format(leaf=f"{leaf} " if leaf else "")
@@ -169,6 +158,24 @@ raise SystemExit(print("XLA matches" if same else "XLA DIFFERS: the second call 
 """
 
 
+def _head(group: Any, which: str, call: str | None, saved: str | None) -> tuple[str, str]:
+    """The repro's first lines (its title and imports, the op looked up in OpInfo's database
+    when ``call`` is None, the saved tensors read), and how to name the op."""
+    name = f"{group.op!r}" + (f" variant {group.variant!r}" if group.variant else "")
+    text = _HEAD.format(title=title(group), name=name, dtype=group.witness["dtype"], which=which)
+    if call is None:
+        text += "from torch.testing._internal.common_methods_invocations import op_db\n"
+        find = f"o.name == {group.op!r} and o.variant_test_name == {group.variant!r}"
+        fn = "inplace_variant" if group.inplace else "op"
+        text += f"OP = next(o.{fn} for o in op_db if {find})\n"
+        call = "OP"
+    if saved:  # beside the script, wherever it is run from
+        text += (
+            f'T = torch.load(__file__.rpartition("/")[0] + "/" * ("/" in __file__) + "{saved}")\n'
+        )
+    return text, call
+
+
 def _stale_text(group: Any, code: dict[str, Any], call: str | None, saved: str | None) -> str:
     """A stale graph's repro: the pair's two calls in a row on XLA (``code``: the source of
     both, ``A0``/``K0`` and ``A``/``K``), the second's result against CPU's; exit 1 when it
@@ -179,18 +186,7 @@ def _stale_text(group: Any, code: dict[str, Any], call: str | None, saved: str |
     if witness.get("base") is not None:  # a probe: the sample with one argument changed
         which = f"OpInfo sample {first}, then sample {witness['base']} with another {arg}"
     which += ", in-place variant" if group.inplace else ""
-    name = f"{group.op!r}" + (f" variant {group.variant!r}" if group.variant else "")
-    text = _HEAD.format(title=title(group), name=name, dtype=witness["dtype"], which=which)
-    if call is None:
-        text += "from torch.testing._internal.common_methods_invocations import op_db\n"
-        find = f"o.name == {group.op!r} and o.variant_test_name == {group.variant!r}"
-        fn = "inplace_variant" if group.inplace else "op"
-        text += f"OP = next(o.{fn} for o in op_db if {find})\n"
-        call = "OP"
-    if saved:
-        text += (
-            f'T = torch.load(__file__.rpartition("/")[0] + "/" * ("/" in __file__) + "{saved}")\n'
-        )
+    text, call = _head(group, which, call, saved)
     leaf = code.get("leaf", 0)
     rtol, atol = TOLERANCES.get(witness["dtype"], (1e-4, 1e-4))
     return text + _STALE.format(
