@@ -15,7 +15,7 @@ from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from reprokit.comparison.roots import described, roots, rounding
+from reprokit.comparison.roots import compared, described, roots, rounding
 from reprokit.records import Root, VariantResult
 from reprokit.records.folder import RunFolder
 from reprokit.records.issues import RootRepro, Seen, read_index
@@ -90,9 +90,7 @@ def _dtype(repro: RootRepro, variant: VariantResult, root: Root) -> str:
     """The op's floating input dtype (the repro's), else its result's."""
     if floating := [d for d in repro.dtypes if d.startswith(("float", "bfloat"))]:
         return floating[0]
-    found = next((c for c in variant.comparisons
-                  if c.tensor == root.tensor and c.target == root.target), None)  # fmt: skip
-    return found.dtype if found is not None and found.dtype else ""
+    return compared(variant, root).dtype or ""
 
 
 def _title(op: str, dtype: str, seen: list[Seen]) -> Text:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import reprokit.tools.minimize.graph.program as program
-from reprokit.comparison.roots import ROUNDING, described, roots, rounding
+from reprokit.comparison.roots import ROUNDING, compared, described, roots, rounding
 from reprokit.errors import ReprokitError
 from reprokit.generate.render import environment
 from reprokit.generate.templates import template_dirs
@@ -197,9 +197,8 @@ def _repro(
 def _witnesses(variant: VariantResult, family: Family) -> list[tuple[float, float, bool]]:
     """The model's worst elements of the family's roots: CPU's value, XLA's, a gradient's."""
     grads = {r.tensor for r in family.roots if ".bwd." in r.tensor}
-    return [(w.reference, w.target, c.tensor in grads)
-            for r in family.roots for c in variant.comparisons
-            if c.tensor == r.tensor and c.target == r.target for w in c.worst]  # fmt: skip
+    return [(w.reference, w.target, r.tensor in grads)
+            for r in family.roots for w in compared(variant, r).worst]  # fmt: skip
 
 
 def same_symptom(record: RootRepro, model: list[tuple[float, float, bool]]) -> bool:
@@ -298,10 +297,8 @@ def _cast(value: Any, dtype: str) -> Any:
 
 def _witness_index(variant: VariantResult, family: Family) -> tuple[int, ...] | None:
     """The element that differs most in the family's first root (its comparison's first)."""
-    root = family.roots[0]
-    found = next((c for c in variant.comparisons
-                  if c.tensor == root.tensor and c.target == root.target), None)  # fmt: skip
-    return tuple(found.worst[0].index) if found is not None and found.worst else None
+    found = compared(variant, family.roots[0])
+    return tuple(found.worst[0].index) if found.worst else None
 
 
 def _input(name: str, value: Any, strategy: str, at: tuple[int, ...] | None) -> dict[str, Any]:
