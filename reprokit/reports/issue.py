@@ -18,6 +18,7 @@ from typing import Any
 
 from reprokit.comparison.roots import compared, described, roots
 from reprokit.records import Comparison, Outcome, Root, RunSummary, Triage, VariantResult
+from reprokit.records.folder import REPRO_OUT
 from reprokit.reports.evidence import plain, script, too_large
 from reprokit.reports.known import known_line
 from reprokit.reports.model import Cell, Issue, Script, Table, Text
@@ -25,7 +26,6 @@ from reprokit.reports.root_issues import found_with, root_issues
 
 MAX_FOLDED = 300  # lines of a case's own script shown folded (a captured program's harness never)
 MAX_OTHERS = 8  # other divergences listed
-OUTPUT = "repro.out"  # beside a minimized repro.py: what it printed run alone (minimize)
 BACKENDS = {"cpu": "CPU", "xla": "XLA", "xla_spmd": "XLA (SPMD)", "cuda": "CUDA",
             "xla_multicore": "XLA (multi-core)", "torchax": "torchax"}  # fmt: skip
 
@@ -295,7 +295,7 @@ def _repro(variant: VariantResult, run_dir: Path) -> dict:
     if found is None:
         return none
     if found.short:
-        output = Path(run_dir) / variant.label / OUTPUT
+        output = Path(run_dir) / variant.label / REPRO_OUT
         said = output.read_text(encoding="utf-8") if output.is_file() else None
         return none | {"repro": found, "output": said}
     if "program" not in variant.variant and found.lines <= MAX_FOLDED:

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reprokit.records import Status
-from reprokit.records.folder import SCRIPT, VariantFolder
+from reprokit.records.folder import REPRO_OUT, SCRIPT, VariantFolder
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import run_command
 
-OUTPUT = "repro.out"
 ALONE = "alone"  # the run's name, where its logs lie
 
 
@@ -80,7 +79,7 @@ def keep_output(
     into each of ``folders`` (those it was written to); how it ran."""
     ran = run_alone(write, options, scratch)
     for folder in folders:
-        (folder / OUTPUT).write_text(ran.transcript(options.xla_device), encoding="utf-8")
+        (folder / REPRO_OUT).write_text(ran.transcript(options.xla_device), encoding="utf-8")
     return ran
 
 
