@@ -13,7 +13,7 @@ from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
 from reprokit.records.folder import ISSUES, VariantFolder
 from reprokit.reports import ops
 from reprokit.reports.build import build_report, headline, problems
-from reprokit.reports.bundle import write_bundle
+from reprokit.reports.bundle import public_layout, write_bundle
 from reprokit.reports.hint import minimize_hint
 from reprokit.reports.markdown import BUNDLE, markdown
 from reprokit.reports.model import Issue
@@ -46,7 +46,7 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = build_report(summary, run_dir)
-    public = {"run_dir": Path(run_dir), "home": user_home(), "cwd": Path.cwd()}  # no layout
+    public = public_layout(Path(run_dir), user_home())  # as the bundle says them
     written = []
     if formats in ("md", "all"):
         written.append(_write(out_dir / "report.md", public_paths(markdown(report), **public)))
@@ -97,7 +97,7 @@ def _model_reports(summary: RunSummary, run_dir: Path, out_dir: Path, formats: s
     from reprokit.reports.sweep import model_summaries
 
     written = []
-    public = {"run_dir": run_dir, "home": user_home(), "cwd": Path.cwd()}
+    public = public_layout(run_dir, user_home())
     for folder, part in model_summaries(summary, run_dir):
         report = build_report(part, run_dir, model=True)
         (out_dir / folder).mkdir(parents=True, exist_ok=True)

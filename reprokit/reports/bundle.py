@@ -79,7 +79,7 @@ def write_bundle(run_dir: Path, target: Path, limit: int = ATTACHMENT_LIMIT) -> 
     run_dir = Path(run_dir)
     left_out: list[str] = []
     used = 0
-    layout = _layout(run_dir, user_home())
+    layout = public_layout(run_dir, user_home())
 
     def public(text: str) -> str:
         return public_paths(redact_text(text), **layout)
@@ -128,8 +128,8 @@ def _program(path: Path, public: Callable[[str], str]) -> bytes | None:
     return copy.getvalue()
 
 
-def _layout(run_dir: Path, home: Path | None) -> dict[str, Any]:
-    """How the bundle writes the paths the run recorded (reprokit.reports.paths.public_paths):
+def public_layout(run_dir: Path, home: Path | None) -> dict[str, Any]:
+    """How reports and the bundle write the paths the run recorded (reprokit.reports.paths.public_paths):
     the Python environments (this one, and the one whose ``reprokit`` the run's command line
     started) as ``<venv>``; the folders the summary names (the case's, the model's, an earlier
     run's, the run folder's parent) relative to the folder that holds them all with the run
