@@ -42,6 +42,9 @@ SOURCES = [
     HERE / "features.py",
     HERE / "trigger.py",
     HERE / "pairs.py",
+    HERE / "reference.py",  # recall (docs/ops.md): the reference's defaults, call forms, dtypes
+    HERE / "forms.py",
+    HERE / "dtypes.py",
     HERE.parent.parent / "comparison" / "tensors.py",
 ]
 WITNESS = "ops-witness"  # the cache's folder of the witnesses' large tensors
