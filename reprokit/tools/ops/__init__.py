@@ -420,6 +420,7 @@ def _per_op(listing: dict[str, Any], records: list[dict[str, Any]]) -> list[dict
             "op": e["op"],
             "variant": e["variant"],
             "dtypes": e["dtypes"],
+            "dtypes_added": e.get("added", []),  # swept though OpInfo does not declare them
             "skip": e["skip"],
             "counts": counts.get((e["op"], e["variant"]), {}),
         }
