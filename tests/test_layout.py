@@ -369,9 +369,7 @@ def test_the_runner_plans_above_and_starts_processes_below():
                      path.read_text("utf-8"))
     }  # fmt: skip
     probes = {
-        "runner/backends.py",  # is CUDA there: torch asked in a child
-        "environment/uv.py",  # uv, building environments
-        "environment/machine.py",  # the machine's torch_xla asked in a child
+        "infra/probe.py",  # short questions: is CUDA there, the machine's torch_xla, uv
         "tools/capture.py",  # a captured program loaded back in a fresh interpreter
     }
     assert {s for s in starters if not s.startswith("runner/processes/")} == probes

@@ -23,7 +23,6 @@ import importlib.util
 import json
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ from typing import Any
 from reprokit.environment.variables import shown
 from reprokit.infra.caching import Store
 from reprokit.infra.offload import Offload, here
+from reprokit.infra.probe import ask
 from reprokit.infra.redact import redact_env
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Environment
@@ -153,16 +153,8 @@ def xla_runtime(timeout: float = 120) -> dict[str, Any]:
     environ = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
     if _autoloads_torch_tpu():  # torch_xla imports torch: not torch_tpu's TPU runtime too
         environ[AUTOLOAD] = "0"
-    try:
-        child = subprocess.run(
-            [sys.executable, "-c", _PROBE],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=environ,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
+    child = ask([sys.executable, "-c", _PROBE], timeout=timeout, env=environ)
+    if child.returncode is None:
         return {"error": f"the XLA probe did not answer within {timeout:g} s"}
     if child.returncode != 0:
         last = (child.stderr.strip().splitlines() or ["no output"])[-1]

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import sysconfig
 import time
@@ -36,6 +35,7 @@ from filelock import Timeout
 from reprokit.environment.specs import parse_env as parse_env  # where it was
 from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store
+from reprokit.infra.probe import ask
 from reprokit.records import EnvSpec
 
 MARKER = "reprokit-env.json"
@@ -50,8 +50,6 @@ DISK_HINT = (
     "The disk is full: free space where environments are kept ({}) and in uv's cache "
     "(`uv cache dir`), or set REPROKIT_CACHE to a disk with room."
 )
-# Children of a build: no stdin, output captured (uv's errors are quoted from it).
-CAPTURED = {"capture_output": True, "text": True, "stdin": subprocess.DEVNULL}
 
 
 def digest(spec: EnvSpec) -> str:
@@ -263,7 +261,7 @@ def _uv(spec: EnvSpec, *args: str, claim: int) -> str:
     """Run ``uv ARGS`` (holding the build's ``claim``); its stdout, or an error quoting it."""
     command = [uv_bin(), *args]
     try:
-        done = subprocess.run(command, env=_uv_env(), pass_fds=(claim,), **CAPTURED)
+        done = ask(command, env=_uv_env(), pass_fds=(claim,))
     except FileNotFoundError:
         raise ReprokitError(f"cannot run {command[0]}", hint=NO_UV_HINT) from None
     if done.returncode != 0:
@@ -350,7 +348,7 @@ def _check(spec: EnvSpec, python: Path) -> dict[str, str]:
     # importing torch_xla must not pick up the caller's torch or grab a TPU.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(PYTHONNOUSERSITE="1", PJRT_DEVICE="CPU")
-    done = subprocess.run([python, "-c", CHECK, json.dumps(names)], env=env, **CAPTURED)
+    done = ask([python, "-c", CHECK, json.dumps(names)], env=env)
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1]) if done.returncode == 0 and lines else None
     if result is None or result["error"]:

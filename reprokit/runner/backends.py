@@ -11,11 +11,11 @@ import functools
 import glob
 import importlib.util
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 
 from reprokit.errors import ReprokitError
+from reprokit.infra.probe import ask
 
 BACKENDS = ("cpu", "xla", "xla_spmd", "xla_multicore", "cuda")
 XLA_DEVICES = ("CPU", "TPU", "CUDA")
@@ -88,17 +88,10 @@ def _cuda_missing() -> str | None:
     if not has_nvidia_gpu():
         return "no NVIDIA GPU here: no /dev/nvidia* device"
     probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", probe],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    done = ask([sys.executable, "-c", probe], timeout=120)
+    if done.returncode is None:
         return "torch.cuda.is_available() did not answer within 120 s"
-    return None if done.returncode == 0 else "torch.cuda.is_available() is False here"
+    return None if done.ok else "torch.cuda.is_available() is False here"
 
 
 def xla_device(value: str | None) -> str:
