@@ -24,11 +24,7 @@ def _nan_to_num(sample: SampleInput, dtype: torch.dtype) -> dict[str, Any]:
     """nan_to_num(input, nan=0.0, posinf=None, neginf=None): None means the dtype's limits."""
     info = torch.finfo(dtype)
     given = dict(zip(("nan", "posinf", "neginf"), sample.args, strict=False)) | sample.kwargs
-    return {
-        k: v
-        for k, v in (("posinf", info.max), ("neginf", info.min))
-        if given.get(k) is None
-    }
+    return {k: v for k, v in (("posinf", info.max), ("neginf", info.min)) if given.get(k) is None}
 
 
 def _rms_norm(sample: SampleInput, dtype: torch.dtype) -> dict[str, Any]:

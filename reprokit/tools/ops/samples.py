@@ -10,6 +10,7 @@ overflows: fp16 softplus for 11.1 < x <= 20), the smallest normal and subnormal 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -18,10 +19,15 @@ import torch
 from torch.testing._internal.opinfo.core import ReductionOpInfo, SampleInput, UnaryUfuncInfo
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from reprokit.tools.ops import forms
+
 SEED = 0  # torch.manual_seed before each op's samples: the same samples in every process
 LARGE = 70_000  # elements of the large reduction sample: past 2^16, where fp16 counts overflow
 BASE_MAX = 4096  # elements of the OpInfo sample the edge samples are made from, at most
 FILLED = "edge-filled"  # the name of a sample whose tensors hold the edge values over and over
+NAN = "nan-seeded"  # the name of a sample whose one small tensor starts with NaN
+NAN_SEEDED = 3  # tensors of a sample given a NaN each, at most (one sample each)
+ARG_SETS = 3  # sets of arguments a unary op's line of edge values is called with, at most
 LITERAL = 64  # elements a repro writes as a literal; a larger tensor goes into its .pt file
 # Reductions OpInfo does not file as ReductionOpInfo, that get the large sample too
 REDUCING = {
@@ -79,14 +85,20 @@ def edge_values(dtype: torch.dtype) -> list[float | int | bool]:
 
 
 def op_samples(op: Any, dtype: torch.dtype, *, grad: bool, edge: bool) -> Iterator[SampleInput]:
-    """OpInfo's samples of ``op`` on CPU (``edge``: the edge samples made from them instead),
-    the same in every process."""
+    """OpInfo's samples of ``op`` on CPU and the call forms they leave out (forms.py; ``edge``:
+    the edge samples made from them instead), the same in every process."""
     torch.manual_seed(SEED)
     made = op.sample_inputs("cpu", dtype, requires_grad=grad)
     if not edge:
+        if op.name not in forms.BOUNDS:
+            yield from made
+            return
+        made = list(made)
         yield from made
+        yield from forms.forms(op, made, dtype)
         return
-    base = _base(made)
+    first = list(itertools.islice(made, 20))
+    base = _base(first)
     if base is None:
         return
     values = edge_values(dtype)
@@ -94,22 +106,61 @@ def op_samples(op: Any, dtype: torch.dtype, *, grad: bool, edge: bool) -> Iterat
     if sum(1 for t in _tensors(base) if t.dtype == dtype) > 1:
         yield _filled(base, values, dtype, shifted=True)
     if isinstance(op, UnaryUfuncInfo) and isinstance(base.input, torch.Tensor):
-        grad = base.input.requires_grad
-        line = torch.tensor(values, dtype=dtype)
-        yield SampleInput(line.clone().requires_grad_(grad))  # the op's defaults
-        if base.args or base.kwargs:
-            yield SampleInput(line.requires_grad_(grad), args=base.args, kwargs=base.kwargs)
+        yield from _lines(first, base, values, dtype)
+    yield from _nan_seeded(base, len(values), dtype)
     if dtype.is_floating_point and (isinstance(op, ReductionOpInfo) or op.name in REDUCING):
         yield from _large(base, dtype)
 
 
-def _base(made: Any) -> SampleInput | None:
+def _lines(
+    first: list[SampleInput], base: SampleInput, values: list, dtype: torch.dtype
+) -> Iterator[SampleInput]:
+    """A unary op on every edge value at once, called as its own samples call it: with its
+    defaults where one of them passes no other argument (threshold's are required: called
+    so, the line was CPU's TypeError), and with each other set of arguments they pass (at
+    most :data:`ARG_SETS`, the base's first)."""
+    grad = base.input.requires_grad
+    line = torch.tensor(values, dtype=dtype)
+    sets: list[tuple[tuple, dict]] = []
+    for sample in [base, *first]:
+        if _tensors(sample) and len(_tensors(sample)) > 1:
+            continue  # a tensor argument has its own shape: a line does not fit it
+        chosen = (tuple(sample.args), dict(sample.kwargs))
+        if chosen not in sets and len(sets) < ARG_SETS:
+            sets.append(chosen)
+    if any(not s.args and not s.kwargs for s in first):
+        yield SampleInput(line.clone().requires_grad_(grad))  # the op's defaults
+    for args, kwargs in sets:
+        if args or kwargs:
+            yield SampleInput(line.clone().requires_grad_(grad), args=args, kwargs=kwargs)
+
+
+def _nan_seeded(base: SampleInput, values: int, dtype: torch.dtype) -> Iterator[SampleInput]:
+    """For each tensor of ``dtype`` too small to hold every edge value (so that the filled
+    sample has no NaN in it), the base sample with NaN as that tensor's first element: NaN in,
+    a number out is then found for every elementwise op, whatever its samples' sizes."""
+    if not dtype.is_floating_point:
+        return
+    leaves, spec = tree_flatten((base.input, base.args, base.kwargs))
+    small = [
+        i
+        for i, leaf in enumerate(leaves)
+        if isinstance(leaf, torch.Tensor) and leaf.dtype == dtype and 0 < leaf.numel() < values
+    ]
+    for i in small[:NAN_SEEDED]:
+        seeded = list(leaves)
+        x = leaves[i].detach().clone(memory_format=torch.contiguous_format)
+        x.view(-1)[0] = math.nan
+        seeded[i] = x.requires_grad_(leaves[i].requires_grad)
+        input_, args, kwargs = tree_unflatten(seeded, spec)
+        yield SampleInput(input_, args=args, kwargs=kwargs, name=NAN)
+
+
+def _base(first: list[SampleInput]) -> SampleInput | None:
     """The OpInfo sample the edge samples start from: the one of most elements (at most
     :data:`BASE_MAX`) among the first twenty."""
     best, most = None, -1
-    for i, sample in enumerate(made):
-        if i >= 20:
-            break
+    for sample in first:
         size = sum(t.numel() for t in _tensors(sample))
         if most < size <= BASE_MAX:
             best, most = sample, size
@@ -163,7 +214,7 @@ def describe(sample: SampleInput) -> dict[str, Any]:
         "args": args,
         "kwargs": others,
         "numel": sum(t.numel() for t in tensors),
-    }
+    } | ({"name": sample.name} if sample.name else {})  # edge-filled, nan-seeded, call form
 
 
 def _short(value: Any) -> str:

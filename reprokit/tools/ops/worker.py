@@ -36,6 +36,7 @@ from typing import IO, Any
 
 import torch
 
+from reprokit.tools.ops import dtypes as dtype_sets
 from reprokit.tools.ops import features, judge, pairs, samples
 
 POLL = 0.02  # seconds between looks for the driver's next batch
@@ -119,14 +120,16 @@ def listing(
             unknown.append(name)
     ops = []
     for op in chosen if names else op_db:
-        supported = {str(d).removeprefix("torch.") for d in op.supported_dtypes("cpu")}
+        # beyond OpInfo's declared dtypes, those CPU accepts (dtypes.py); not for an op not run
+        swept, added = dtype_sets.swept(op, dtypes, probe=not _skipped(op))
         backward = {str(d).removeprefix("torch.") for d in op.supported_backward_dtypes("cpu")}
         entry = {
             "op": op.name,
             "variant": op.variant_test_name,
             "call": call_of(op),
             "inplace": _inplace_call(op),  # the in-place variant's name, "" when unnamed
-            "dtypes": [d for d in dtypes if d in supported],
+            "dtypes": swept,
+            "added": added,  # of them, those OpInfo does not declare for CPU
             "grad_dtypes": [
                 d
                 for d in dtypes
