@@ -4,18 +4,32 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from reprokit.cli.app import err, out, reports_errors
+from reprokit.cli.app import err, out, reports_errors, run_option
+from reprokit.environment.releases import release_env
+from reprokit.environment.releases import releases as release_list
 from reprokit.errors import ExitCode, ReprokitError
-from reprokit.runner.options import Options, default_run_dir, jobs
+from reprokit.records import EnvSpec
+from reprokit.records.ops import OpsSweep
+from reprokit.run_flags import build_options, environments
+from reprokit.runner.options import default_run_dir, jobs
 from reprokit.tools.ops import ALL_DTYPES, DTYPES, Interrupted, Progress, sweep_ops
 
 EVERY = 5.0  # seconds between progress lines
+# run's own declarations (run_flags.py), said for workers rather than stages
+ExecutorOpt = run_option("executor", help="where workers run: local, or ray (a Ray cluster)")
+RayAddressOpt = run_option("ray_address")
+EnvOpt = run_option("env", help='NAME="REQUIREMENTS": sweep in this uv environment (repeatable)')
+ReleasesOpt = Annotated[
+    str | None,
+    typer.Option("--releases", help="sweep in each torch_xla release: 2.8..2.9, or 2.5,2.9"),
+]
 
 
 @reports_errors
@@ -44,6 +58,10 @@ def ops_(
     cold: Annotated[
         bool, typer.Option("--cold", help="workers and repros in fresh interpreters, not forked")
     ] = False,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    env: EnvOpt = None,
+    releases: ReleasesOpt = None,
 ) -> None:
     """Every sample of torch's OpInfo database (the ops named, or --all) on XLA against CPU and
     float64: ops.json, report.md and a repro_<group>.py per divergence, each run alone.
@@ -54,11 +72,48 @@ def ops_(
         raise ReprokitError(
             "name OpInfos or give --all", hint="reprokit ops mean nn.functional.softplus"
         )
-    chosen = tuple(d for d in dtypes.split(",") if d)
+    folder = output or default_run_dir()
+    options = build_options(
+        {"executor": executor, "ray_address": ray_address, "cold": cold}, jobs=jobs(n)
+    )
+    envs = _environments(env, releases)
+    how = {
+        "dtypes": _dtypes(dtypes),
+        "grad": grad,
+        "edge": edge or every,
+        "inplace": inplace,
+        "backends": tuple(b for b in backends.split(",") if b),
+        "options": options,
+        "cache": not no_cache,
+        "timeout": timeout,
+        "argv": sys.argv,
+        "progress": _progress(),
+        "announce": lambda line: err.print(escape(line), highlight=False),
+    }
+    if envs:
+        raise typer.Exit(_across(list(names or []) if not every else [], envs, folder, how))
+    try:
+        swept = sweep_ops([] if every else list(names or []), out_dir=folder, **how)
+    except Interrupted as stopped:
+        out.print(
+            f"interrupted: kept what finished in {escape(str(folder))}/ops.json "
+            f"({len(stopped.sweep.records):,} samples)",
+            highlight=False,
+        )
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    raise typer.Exit(_said(swept, folder))
+
+
+def _dtypes(given: str) -> tuple[str, ...]:
+    chosen = tuple(d for d in given.split(",") if d)
     wrong = [d for d in chosen if d not in ALL_DTYPES]
     if wrong:
         raise ReprokitError(f"dtype {wrong[0]!r} is not swept", hint=f"Use {','.join(ALL_DTYPES)}.")
-    folder = output or default_run_dir()
+    return chosen
+
+
+def _progress() -> Callable[[Progress], None]:
+    """A progress line every EVERY seconds, and at the end."""
     shown = [0.0]
 
     def progress(p: Progress) -> None:
@@ -74,29 +129,11 @@ def ops_(
             highlight=False,
         )
 
-    try:
-        swept = sweep_ops(
-            [] if every else list(names or []),
-            out_dir=folder,
-            dtypes=chosen,
-            grad=grad,
-            edge=edge or every,
-            inplace=inplace,
-            backends=tuple(b for b in backends.split(",") if b),
-            options=Options(jobs=jobs(n), warm=not cold),
-            cache=not no_cache,
-            timeout=timeout,
-            argv=sys.argv,
-            progress=progress,
-            announce=lambda line: err.print(escape(line), highlight=False),
-        )
-    except Interrupted as stopped:
-        out.print(
-            f"interrupted: kept what finished in {escape(str(folder))}/ops.json "
-            f"({len(stopped.sweep.records):,} samples)",
-            highlight=False,
-        )
-        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    return progress
+
+
+def _said(swept: OpsSweep, folder: Path) -> ExitCode:
+    """The sweep's headline and groups printed; its exit code."""
     from reprokit.reports.ops import headline
 
     out.print(headline(swept), highlight=False)
@@ -110,4 +147,37 @@ def ops_(
             highlight=False,
         )
     out.print(f"report: {escape(str(folder))}/report.md", highlight=False)
-    raise typer.Exit(ExitCode.FAILED if swept.groups else ExitCode.OK)
+    return ExitCode.FAILED if swept.groups else ExitCode.OK
+
+
+def _environments(env: list[str] | None, releases: str | None) -> list[EnvSpec]:
+    """The environments to sweep in: ``--env``'s, then ``--releases``'s; none: this one."""
+    found = environments({"env": env}) or []
+    found += [release_env(r) for r in release_list(releases)] if releases else []
+    names = [spec.name for spec in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ReprokitError(f"environment {twice[0]!r} is named twice", hint="Name each once.")
+    return found
+
+
+def _across(names: list[str], envs: list[EnvSpec], folder: Path, how: dict) -> ExitCode:
+    """The sweep in each environment, merged into the op x release table; its exit code."""
+    from reprokit.reports.ops_releases import headline, shown, since
+    from reprokit.tools.ops.releases import InterruptedReleases, sweep_releases
+
+    try:
+        table = sweep_releases(names, envs, out_dir=folder, **how)
+    except InterruptedReleases as stopped:
+        done = ", ".join(r.name for r in stopped.table.releases)
+        out.print(f"interrupted: kept what finished ({escape(done)}) in {escape(str(folder))}")
+        return ExitCode.INTERRUPTED
+    out.print(escape(headline(table)), highlight=False)
+    order = [r.name for r in table.releases]
+    for row in shown(table):
+        cells = "; ".join(f"{n}: {row.cells[n].said()}" for n in order if n in row.cells)
+        changed = since(row, order)
+        out.print(escape(f"  {row.name}: {cells}" + (f" ({changed})" if changed else "")))
+    out.print(f"report: {escape(str(folder))}/report.md", highlight=False)
+    differs = any(r.groups for r in table.releases)
+    return ExitCode.FAILED if differs else ExitCode.OK

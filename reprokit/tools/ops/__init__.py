@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -122,7 +123,7 @@ def sweep_ops(
         grad,
         edge,
         options or Options(),
-        _versions(),
+        _versions((options or Options()).python),
         list(argv or []),
         time.monotonic(),
         announce,
@@ -133,7 +134,7 @@ def sweep_ops(
     stop = threading.Event()
     scratch = asked.out_dir / ".workers"
     shutil.rmtree(scratch, ignore_errors=True)
-    pool = Pool(asked.options, scratch, Store(WITNESS).folder, timeout=timeout, stop=stop)
+    pool = _pool(asked.options, scratch, Store(WITNESS).folder, timeout=timeout, stop=stop)
     try:
         listing = _listing(pool, names, asked, cache=cache)
         tasks = _tasks(listing, asked)
@@ -186,12 +187,33 @@ _TORCHAX = (
 )
 
 
-def _versions() -> dict[str, str]:
+def _pool(options: Options, scratch: Path, witness: Path, **how: Any) -> Pool:
+    """The sweep's workers: here, or on a Ray cluster (``--executor ray``: cluster.py)."""
+    if options.executor == "ray":  # imported only then: Ray is an optional extra
+        from reprokit.tools.ops.cluster import RayPool
+
+        return RayPool(options, scratch, witness, **how)  # type: ignore[return-value]
+    return Pool(options, scratch, witness, **how)
+
+
+def _versions(python: str) -> dict[str, str]:
+    """torch's, torch_xla's and expecttest's versions in the environment of ``python`` (the
+    workers'), read from its installed metadata: a release's environment keys its own
+    results in the cache."""
     found = {}
+    here = python == sys.executable
+    path = (
+        None
+        if here
+        else [str(p) for p in Path(python).parent.parent.glob("lib/python*/*-packages")]
+    )
     for name in ("torch", "torch_xla", "expecttest"):
         try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
+            if here:
+                found[name] = importlib.metadata.version(name)
+            else:
+                found[name] = next(importlib.metadata.distributions(name=name, path=path)).version
+        except (importlib.metadata.PackageNotFoundError, StopIteration):
             found[name] = "missing"
     if found["expecttest"] == "missing":
         raise ReprokitError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from reprokit.runner.processes.stage import Launch
 from reprokit.runner.processes.warm import WarmExecutor
 
 WORKER = Path(__file__).with_name("worker.py")
+SOURCE = Path(__file__).parents[3]  # the folder holding the reprokit package
 BATCH = 6  # tasks a worker is fed at once (an op's three dtypes, OpInfo's and the edge samples)
 POLL = 0.05  # seconds between looks at a worker's answers
 RESTARTS = 200  # new workers one batch may take (one per crash) before the rest is refused
@@ -129,27 +131,42 @@ class Pool:
         """Every task's samples judged, ``done(task, records)`` called as each task ends (from
         the workers' threads, one at a time); returns when all ended or the sweep stopped."""
         by_id = {t.id: t for t in tasks}
-        todo: queue.Queue[_Batch] = queue.Queue()
+        todo: queue.Queue[list[dict[str, Any]]] = queue.Queue()
         # Small batches of consecutive tasks (an op's dtypes together) fed to long-lived
         # workers: no batch holds hours of one op family, and a worker's compiled graphs serve
         # the whole sweep (XLA:CPU's persistent cache cannot load its executables: docs/ops.md)
         for i in range(0, len(tasks), BATCH):
-            todo.put(_Batch([t.to_json() for t in tasks[i : i + BATCH]]))
+            todo.put([t.to_json() for t in tasks[i : i + BATCH]])
+        self.serve(lambda: _next(todo), lambda task_id, found: done(by_id[task_id], found), tick)
+
+    def serve(
+        self,
+        source: Callable[[], list[dict[str, Any]] | None],
+        done: Callable[[str, list[dict[str, Any]]], None],
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        """``jobs`` workers fed the batches ``source`` gives (tasks as ``Task.to_json()``; None:
+        no more), ``done(task id, records)`` called as each task ends, one at a time. A source
+        that waits for its next batch keeps the workers alive meanwhile (a node of a Ray
+        cluster, fed by the driver: cluster.py)."""
         report = threading.Lock()
 
         def finish(task_id: str, records: list[dict[str, Any]]) -> None:
             with report:
-                done(by_id[task_id], records)
+                done(task_id, records)
+
+        def take() -> _Batch | None:
+            tasks = source()
+            return None if tasks is None else _Batch(tasks)
 
         def serve() -> None:
             again: _Batch | None = None
             while not self.stop.is_set():
                 if again is None:
-                    try:
-                        again = todo.get_nowait()
-                    except queue.Empty:
+                    again = take()
+                    if again is None:
                         return
-                again = self._worker(again, todo, finish)
+                again = self._worker(again, take, finish)
 
         threads = [threading.Thread(target=serve, daemon=True) for _ in range(self.options.jobs)]
         for thread in threads:
@@ -162,8 +179,10 @@ class Pool:
                     last = time.monotonic()
                     tick()
 
-    def _worker(self, batch: _Batch, todo: queue.Queue, finish: Callable) -> _Batch | None:
-        """One worker, fed ``batch`` and then the next batches of ``todo`` as it asks for them
+    def _worker(
+        self, batch: _Batch, take: Callable[[], _Batch | None], finish: Callable
+    ) -> _Batch | None:
+        """One worker, fed ``batch`` and then the next batches ``take`` gives as it asks for them
         (each a file in its ``feed`` folder), until none is left; the batch left to do when it
         died (else None)."""
         folder = self._folder()
@@ -185,7 +204,7 @@ class Pool:
             alive = runner.is_alive()
             for line in lines.read():
                 if "fed" in line:  # its batch done: the next one, or the end
-                    following = _next(todo)
+                    following = take()
                     if following is not None:
                         batch = following
                     _feed(feed, line["fed"] + 1, following)
@@ -265,6 +284,8 @@ class Pool:
         (folder / "job.json").write_text(json.dumps(job), "utf-8")
         command = [self.options.python, str(WORKER), "job.json", "out.jsonl"]
         env = stage_env("xla", self.options.xla_device)
+        if self.options.python != sys.executable:  # a release's environment: no reprokit
+            env["PYTHONPATH"] = str(SOURCE)  # the worker imports reprokit from its source
         logs = [folder / "stdout.log", folder / "stderr.log"]
         how = Launch(command, "ops-worker", "xla", env, folder, logs, OVERALL)
         with self._lock:
@@ -358,7 +379,7 @@ class _Tail:
         return found
 
 
-def _next(todo: queue.Queue) -> _Batch | None:
+def _next(todo: queue.Queue) -> list[dict[str, Any]] | None:
     try:
         return todo.get_nowait()
     except queue.Empty:
