@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 import reprokit
+from reprokit.cli import progress
 from reprokit.cli.app import (
     CasesOpt,
     TemplatesOpt,
@@ -17,7 +18,6 @@ from reprokit.cli.app import (
     passed,
     reports_errors,
 )
-from reprokit.runner import progress
 
 
 @reports_errors

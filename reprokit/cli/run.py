@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 import reprokit
+from reprokit.cli import progress
 from reprokit.cli.app import (
     CasesOpt,
     JobsOpt,
@@ -25,7 +26,6 @@ from reprokit.errors import ExitCode, ReprokitError
 from reprokit.generate.variants import parse_sets
 from reprokit.records import RunSummary
 from reprokit.run_flags import build_options, environments
-from reprokit.runner import progress
 from reprokit.runner.keywords import select
 from reprokit.runner.options import default_run_dir, jobs
 from reprokit.runner.processes import signals

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 import reprokit
+from reprokit.cli import progress
 from reprokit.cli.app import (
     JobsOpt,
     RunDirOpt,
@@ -28,7 +29,6 @@ from reprokit.reports import build_report
 from reprokit.reports.model import Cell, Names
 from reprokit.reports.model import Table as ReportTable
 from reprokit.run_flags import build_options, environments
-from reprokit.runner import progress
 from reprokit.runner.options import default_run_dir, jobs
 from reprokit.runner.processes import signals
 

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 import reprokit
+from reprokit.cli import progress
 from reprokit.cli.app import (
     RunDirOpt,
     XlaDeviceOpt,
@@ -16,7 +17,6 @@ from reprokit.cli.app import (
     run_option,
 )
 from reprokit.run_flags import build_options
-from reprokit.runner import progress
 from reprokit.runner.options import TIMEOUT, default_run_dir
 
 WrapHloOpt = run_option("dump_hlo", help="save XLA's graphs as HLO text")

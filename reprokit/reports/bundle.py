@@ -129,9 +129,9 @@ def _program(path: Path, public: Callable[[str], str]) -> bytes | None:
 
 
 def public_layout(run_dir: Path, home: Path | None) -> dict[str, Any]:
-    """How reports and the bundle write the paths the run recorded (reprokit.reports.paths.public_paths):
-    the Python environments (this one, and the one whose ``reprokit`` the run's command line
-    started) as ``<venv>``; the folders the summary names (the case's, the model's, an earlier
+    """How reports and the bundle write the paths the run recorded (public_paths): the Python
+    environments (this one, and the one whose ``reprokit`` the run's command line started) as
+    ``<venv>``; the folders the summary names (the case's, the model's, an earlier
     run's, the run folder's parent) relative to the folder that holds them all with the run
     folder, where that is the user's own (not ``/``, ``/tmp``, home or a folder above it), and
     each one that is not (the run folder's parent too, where no other is) by its own name."""

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from reprokit.records import Comparison, Outcome, StageResult, VariantResult
+from reprokit.records import Comparison, Outcome, StageResult, Triage, VariantResult
 from reprokit.records.folder import SCRIPT, VariantFolder
 from reprokit.reports.bundle import ATTACHMENT_LIMIT
 from reprokit.reports.model import (
@@ -23,7 +23,6 @@ from reprokit.reports.model import (
     Text,
     Wrapped,
 )
-from reprokit.reports.trust import trust_lines
 
 COMPARISON_HEADER = ("tensor", "stage vs reference", "shape", "max abs", "max rel ¹", "mismatched")
 WRAP_CASE = "wrap"  # the case of the one variant `reprokit wrap` records
@@ -314,3 +313,43 @@ def wrapped(run_dir: Path, variant: VariantResult) -> Wrapped | None:
         script = Script(f"{variant.label}/{path.name}", text, text.count("\n"))
     output = next((s.stdout_tail for s in variant.stages if s.stdout_tail), ())
     return Wrapped(str(variant.variant.get("command", "")), script, tuple(output))
+
+
+# How far a captured program's verdict can be trusted (docs/verdicts.md): the precision
+# triage, the faithful run against the instrumented one, each operation's own error.
+def trust_lines(variant: VariantResult) -> tuple[Text, ...]:
+    """What the variant's triage, faithful and isolated runs showed, a sentence each."""
+    lines = []
+    if variant.triage:
+        lines.append(f"Triage: run again more precisely, the mismatch {Triage(variant.triage).said}"
+                     f" (`triage = \"{variant.triage}\"`).")  # fmt: skip
+    if variant.fusion_sensitive:
+        lines.append(fusion_line(variant))
+    for stage, own in variant.own_divergence.items():
+        first = variant.first_divergence.get(stage)
+        if own is None:
+            lines.append(f"Each operation alone on CPU's inputs: none of `{stage}`'s has an error"
+                         " of its own beyond the bound; what differs is inherited.")  # fmt: skip
+        else:
+            lines.append(
+                f"Each operation alone on CPU's inputs: `{own}` is the first whose own error "
+                f"is beyond the bound (the first accumulated: `{first}`)."
+            )
+    return tuple(lines)
+
+
+def fusion_line(variant: VariantResult) -> Text:
+    """Which outputs differ between the program as captured and the instrumented program."""
+    shown = [f"`{c.tensor}` {c.mismatched:,} / {c.total:,} elements, max abs {c.max_abs:.3g}"
+             for c in variant.fusion if not c.allclose]  # fmt: skip
+    which = f": {'; '.join(shown)}" if shown else ""
+    line = (
+        "The divergence is sensitive to fusion: the program as captured (`xla_faithful`, one "
+        "graph of its outputs) and with every operation recorded (`xla`) give other outputs"
+        f"{which}. The outputs' verdict is the faithful run's."
+    )
+    if variant.fusion_nodes:
+        names = ", ".join(f"`{name}`" for name in variant.fusion_nodes)
+        line += (f" Recording {names} alone is enough to change them (`xla_narrowed`: delta "
+                 "debugging over the recorded results).")  # fmt: skip
+    return line

@@ -1,6 +1,6 @@
 """An offloaded piece of work (infra/offload.py), run as a script forked from a warm server:
 
-    python offloaded.py MODULE:FUNCTION INPUT.json OUTPUT.json
+    python offload_child.py MODULE:FUNCTION INPUT.json OUTPUT.json
 
 It imports torch at its top, as a cpu stage's script does, so that it is forked from the same
 server (warm.py picks a server by the script's top imports): torch is there already.

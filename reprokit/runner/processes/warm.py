@@ -71,7 +71,7 @@ from reprokit.runner.processes.procs import Ended, supervise
 from reprokit.runner.processes.stage import WARM, Launch, LocalExecutor, StageJob, cold
 
 SERVER = Path(__file__).with_name("warm_server.py")
-OFFLOADED = Path(__file__).with_name("offloaded.py")
+OFFLOADED = Path(__file__).with_name("offload_child.py")
 OFFLOAD_TIMEOUT = 3600.0  # a comparison of GBs of tensors; past it, done here instead
 WARM_BACKENDS = ("cpu", "xla", "xla_spmd")
 COLD_ASKED = "--cold"  # the why of a stage when the run asked for no warm start
