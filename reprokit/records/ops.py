@@ -47,6 +47,9 @@ class Group:
     # it: new, confirmed, refuted, tested (tools/ops/trigger.py); {} in older files
     trigger: dict[str, Any] = field(default_factory=dict)
     since: str = ""  # its repro's releases (records/since.py: reprokit bisect); "" not bisected
+    # The op whose own divergence this is, named once there: "mean" where a loss's terms agree
+    # and its reduction by mean (float16's sum overflowing) makes the difference; "" none
+    cause: str = ""
 
     @property
     def passed(self) -> str:
@@ -86,6 +89,10 @@ class OpsSweep:
     # Pairs of calls checked for a reused compiled graph: ops_checked, probes, candidates,
     # rechecked, found (tools/ops/stale.py); {} in files older than the check
     stale_graph: dict[str, int] = field(default_factory=dict)
+    # Differences a half type's rounding explains, apart from the groups: one per op and pass,
+    # with dtypes, samples, size in ulps, the dtype kept for intermediates and a witness
+    # (tools/ops/precision.py); [] in older files
+    precision: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self) | {"backends": list(self.backends), "dtypes": list(self.dtypes)}

@@ -43,6 +43,7 @@ SOURCES = [
     HERE / "features.py",
     HERE / "trigger.py",
     HERE / "pairs.py",
+    HERE / "precision.py",  # a half type's rounding told from a bug
     HERE / "reference.py",  # recall (docs/ops.md): the reference's defaults, call forms, dtypes
     HERE / "forms.py",
     HERE / "dtypes.py",
@@ -389,6 +390,7 @@ def _sweep(
         platform=_platform(records),
         cpu_wrong=_cpu_wrong(records),
         stale_graph=dict(asked.stale_graph),
+        precision=grouping.precision(records),
         groups=tuple(found),
         records=[_compact(r) for r in records],
         tasks=tasks,

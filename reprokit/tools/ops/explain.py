@@ -1,7 +1,8 @@
 """What explains a difference that is not XLA's kernel being wrong, in the worker: randomness
 OpInfo hides (it seeds the op itself), the order of a reduction over edge values, and XLA:CPU's
-subnormal flushing (inputs, results and intermediates written as zero). judge.py asks these
-once a sample's results differ; each answer is a named skip or the platform class, counted."""
+subnormal flushing (inputs, results and intermediates written as zero); and the reduction of a
+loss whose terms are right (a cause shared by every loss that reduces so). judge.py asks these
+once a sample's results differ; each answer is a named skip, the platform class, or a cause."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import torch
 from torch.testing._comparison import default_tolerances
-from torch.testing._internal.opinfo.core import ReductionOpInfo
+from torch.testing._internal.opinfo.core import ReductionOpInfo, SampleInput
 from torch.utils._pytree import tree_leaves
 
 from reprokit.comparison.tensors import compare_tensor
@@ -122,3 +123,31 @@ def _flush(t: Any) -> Any:
     kept = t.detach().clone()
     kept[(kept.abs() < tiny)] = 0.0
     return kept.requires_grad_(t.requires_grad)
+
+
+REDUCTIONS = ("mean", "sum")  # a loss's reductions that are torch ops of their own
+
+
+def reduced(sample: Any, run: Callable, leaf: int, target: list[Any], device: str) -> str | None:
+    """The reduction a loss's difference comes from, named once at that op (float16 ``mean``
+    overflowing inside every loss that reduces by mean: poisson_nll_loss's inf), or None. Said
+    where the sample reduces by ``mean`` (the default) or ``sum``, its loss unreduced
+    (``reduction="none"``) agrees with CPU's, and the backend's own ``torch.mean`` (``sum``) of
+    its unreduced result, on the backend, is its reduced result: the loss's terms are right,
+    their reduction is not."""
+    how = sample.kwargs.get("reduction", "mean")
+    t = target[leaf]
+    if how not in REDUCTIONS or not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return None
+    kwargs = dict(sample.kwargs) | {"reduction": "none"}
+    plain = SampleInput(sample.input, args=sample.args, kwargs=kwargs)
+    try:
+        c, u = run("cpu", given=plain)[leaf], run(device, given=plain)[leaf]
+        again = getattr(torch, how)(u.to(device)).cpu()
+    except Exception:  # no reduction argument, or the unreduced call fails: not this cause
+        return None
+    if c.shape != u.shape or c.dtype != u.dtype or bool(_off(c, u).any()):
+        return None
+    if again.shape != t.shape or again.dtype != t.dtype:
+        return None
+    return how if not bool(_off(again, t).any()) else None

@@ -52,14 +52,16 @@ def build(records: list[dict[str, Any]]) -> list[Group]:
     for r in records:
         if r["verdict"] == "differs":
             key = (r["op"], r["variant"], r["backend"], r["kind"], r["grad"])
-            keyed.setdefault((*key, r.get("inplace", False), r.get("arg", "")), []).append(r)
-    groups = []  # arg: a stale graph's arguments (one group each)
-    for (op, variant, backend, kind, grad, inplace, arg), found in sorted(keyed.items()):
+            key += (r.get("inplace", False), r.get("arg", ""), r.get("cause", ""))
+            keyed.setdefault(key, []).append(r)
+    groups = []  # arg: a stale graph's arguments (one group each); cause: the op that makes it
+    for (op, variant, backend, kind, grad, inplace, arg, cause), found in sorted(keyed.items()):
         witness = min(found, key=_smallest)
         dtypes = sorted({r["dtype"] for r in found}, key=_dtype_rank)
         owner = "torch" if any(r.get("owner") == "torch" for r in found if r is witness) else ""
+        slug = _slug(op, variant, kind, grad, backend, arg, cause)
         group = Group(
-            id=_slug(op, variant, kind, grad, backend, arg) + ("_inplace" if inplace else ""),
+            id=slug + ("_inplace" if inplace else ""),
             op=op,
             variant=variant,
             backend=backend,
@@ -70,6 +72,7 @@ def build(records: list[dict[str, Any]]) -> list[Group]:
             owner=owner,
             witness={k: witness.get(k) for k in WITNESS if k in witness or k not in STALE},
             inplace=inplace,
+            cause=cause,
         )
         groups.append(replace(group, known=_known(group, witness)))
     return groups
@@ -85,12 +88,15 @@ def _dtype_rank(dtype: str) -> int:
     return DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER)
 
 
-def _slug(op: str, variant: str, kind: str, grad: bool, backend: str, arg: str = "") -> str:
+def _slug(
+    op: str, variant: str, kind: str, grad: bool, backend: str, arg: str = "", cause: str = ""
+) -> str:
     parts = [
         op,
         variant,
         kind.replace("-", ""),
         arg,
+        f"by_{cause}" if cause else "",
         "grad" if grad else "",
         "" if backend == "xla" else backend,
     ]
@@ -111,6 +117,43 @@ def _known(group: Group, witness: dict[str, Any]) -> str:
         kwargs=(witness.get("described") or {}).get("kwargs", {}),
     )
     return (found.report or found.upstream) if found else ""
+
+
+def precision(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``precision`` records (tools/ops/precision.py) listed apart from the groups: one
+    entry per op, variant, backend and pass, with its dtypes, samples, the largest size in ulps
+    (XLA's and CPU's at the terms' magnitude, XLA's at the result), the dtype XLA and CPU keep
+    their intermediates in, per dtype, and the witness of the largest."""
+    keyed: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["verdict"] == "precision":
+            key = (r["op"], r["variant"], r["backend"], r["grad"], r.get("inplace", False))
+            keyed.setdefault(key, []).append(r)
+    found = []
+    for (op, variant, backend, grad, inplace), rows in sorted(keyed.items()):
+        largest = max(rows, key=lambda r: (r.get("ulps", 0), _smallest(r)))
+        inside = {r["dtype"]: r.get("intermediates", "") for r in rows}
+        cpu_inside = {r["dtype"]: r.get("cpu_intermediates", "") for r in rows}
+        found.append(
+            {
+                "op": op,
+                "variant": variant,
+                "backend": backend,
+                "grad": grad,
+                "inplace": inplace,
+                "dtypes": sorted({r["dtype"] for r in rows}, key=_dtype_rank),
+                "samples": len(rows),
+                "ulps": max(r.get("ulps", 0.0) for r in rows),
+                "cpu_ulps": max(r.get("cpu_ulps", 0.0) for r in rows),
+                "result_ulps": max(r.get("result_ulps", 0.0) for r in rows),
+                "intermediates": dict(sorted(inside.items(), key=lambda kv: _dtype_rank(kv[0]))),
+                "cpu_intermediates": dict(sorted(cpu_inside.items())),
+                "terms": sorted({r.get("terms", "") for r in rows}),
+                "witness": {k: largest.get(k) for k in ("dtype", "edge", "sample", "detail")}
+                | {"tensors": (largest.get("described") or {}).get("tensors", [])},
+            }
+        )
+    return found
 
 
 def write_repros(

@@ -15,7 +15,7 @@ from torch.testing._comparison import default_tolerances
 from torch.utils._pytree import tree_leaves, tree_map
 
 from reprokit.comparison.tensors import compare_tensor
-from reprokit.tools.ops import explain, reference
+from reprokit.tools.ops import explain, precision, reference
 
 # Ops whose integer results are indices chosen among equal values (any is right): with ties in
 # the input only their values are compared
@@ -210,7 +210,8 @@ def _judge(
     tied = {"ties": True} if ties else {}
     if _identical(cpu, target):  # float64 could only say CPU and the backend are both off
         return {"verdict": "match"} | tied
-    return _verdict(op, sample, run, cpu, target, grad=grad, ties=ties) | tied
+    where = {"device": device, "fallbacks": fallbacks, "inplace": inplace}
+    return _verdict(op, sample, run, cpu, target, grad=grad, ties=ties, **where) | tied
 
 
 def _verdict(
@@ -222,10 +223,14 @@ def _verdict(
     *,
     grad: bool,
     ties: bool,
+    device: str,
+    fallbacks: Callable,
+    inplace: bool,
 ) -> dict[str, Any]:
     """The verdict where the backend's results are not CPU's exactly: judged against float64;
-    a difference that another seed, OpInfo's own seeding, a reduction's order or subnormal
-    flushing explains is said so. The float64 and second-seed runs happen only here."""
+    a difference that another seed, OpInfo's own seeding, a reduction's order, subnormal
+    flushing or a half type's rounding (precision.py) explains is said so; one a loss's
+    reduction makes names it (``cause``). The float64 and second-seed runs happen only here."""
     try:
         ref = run("cpu", f64=True)
     except Exception:
@@ -253,7 +258,43 @@ def _verdict(
     leaf = chosen["leaf"]
     if explain.flushed(run, leaf, target, sample):
         return {"verdict": "platform", "reason": "subnormal flushing", "leaf": leaf}
-    return chosen
+    where = {"device": device, "fallbacks": fallbacks, "inplace": inplace, "grad": grad}
+    rounded = _precision(op, sample, run, (cpu, target, ref), bad, **where)
+    if rounded is not None:
+        return rounded | {"detail": chosen["detail"]}
+    cause = None if grad else explain.reduced(sample, run, leaf, target, device)
+    return chosen | ({"cause": cause} if cause else {})
+
+
+def _precision(
+    op: Any,
+    sample: Any,
+    run: Callable,
+    results: tuple[list[Any], list[Any], list[Any] | None],
+    bad: list[dict[str, Any]],
+    *,
+    device: str,
+    fallbacks: Callable,
+    inplace: bool,
+    grad: bool,
+) -> dict[str, Any] | None:
+    """The precision record where every result that differs does so by value alone, within
+    what its half type's rounding explains and right in float32 (precision.py); else None."""
+    if any(v.get("kind") != "value" for v in bad):
+        return None  # inf/NaN, a dtype or a shape: a bug whatever the dtype
+    call = op.inplace_variant if inplace else op.op
+
+    def made() -> tuple[Callable, tuple[Any, ...]]:
+        fresh = (lambda x, *a, **k: call(x.clone(), *a, **k)) if inplace else call
+        return fresh, move(sample, "cpu", f64=True)
+
+    def agree(k: int, c: Any, t: Any, f: Any) -> bool:  # the sweep's own rule, in float32
+        found = _leaf(k, c, t, f, sample, ties=False)
+        return found is None or found["verdict"] != "differs"
+
+    leaves = [v["leaf"] for v in bad]
+    where = {"fallbacks": fallbacks, "device": device, "made": None if grad else made}
+    return precision.explain(sample, run, results, leaves, agree=agree, **where)
 
 
 def _identical(cpu: list[Any], target: list[Any]) -> bool:
