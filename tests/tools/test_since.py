@@ -197,3 +197,32 @@ def _options():
     from reprokit.runner.options import Options
 
     return Options(timeout=120)
+
+
+# A real torch_xla import that torch_xla 2.8 lacks: xla_backend imports ReduceOptions from
+# 2.9 on (torch's class, used by its reduce); on 2.8 the import raises ImportError.
+NEW_API = """import sys
+import torch_xla
+from torch_xla.distributed.xla_backend import ReduceOptions
+print(f"XLA DIFFERS (stands for a bug; {ReduceOptions.__name__} found)")
+sys.exit(1)
+"""
+
+
+def test_a_repro_that_fails_to_import_on_a_real_older_release_cannot_tell(
+    cli, tmp_path, monkeypatch
+):
+    """Needs torch_xla 2.8's environment built already: there the import fails, and that is
+    "cannot tell" on 2.8 (never "right"), the answer resting on 2.9 alone."""
+    built = USER_ENVS / digest(release_env("2.8")) / "bin" / "python"
+    if not built.exists():
+        pytest.skip(f"torch_xla 2.8's environment is not built ({built.parent.parent})")
+    pythons = {"2.8": built, "2.9": Path(sys.executable)}
+    monkeypatch.setattr(since_tool, "release_python", lambda release, **_: pythons[release])
+    (tmp_path / "new_api.py").write_text(NEW_API)
+    result = cli("bisect", tmp_path / "new_api.py", "--releases", "2.8..2.9")
+    found = json.loads((tmp_path / "bisect.json").read_text())["repros"]["new_api.py"]
+    assert {r: t["verdict"] for r, t in found["tried"].items()} == {
+        "2.8": CANNOT_TELL, "2.9": SHOWS}, result.output  # fmt: skip
+    assert found["tried"]["2.8"]["why"].startswith("raised ImportError: cannot import name")
+    assert found["since"].startswith("on every release tried (2.9; cannot tell on 2.8)")
