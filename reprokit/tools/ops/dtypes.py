@@ -8,6 +8,7 @@ saturates (docs/examples/cumsum_bool_int32.md). ops.json says which dtypes were 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -16,13 +17,23 @@ from torch.utils._pytree import tree_leaves
 TRIED = 3  # OpInfo's samples in an undeclared dtype tried on CPU, at most: one run is enough
 
 
-def swept(op: Any, asked: list[str], *, probe: bool = True) -> tuple[list[str], list[str]]:
+def swept(
+    op: Any, asked: list[str], *, probe: bool = True, siblings: Sequence[Any] = ()
+) -> tuple[list[str], list[str]]:
     """The dtypes of ``asked`` that ``op`` is swept in (in the order asked), and those of them
     that OpInfo does not declare for CPU but CPU runs (``probe`` False: none, for an op that
-    is not run)."""
-    declared = {str(d).removeprefix("torch.") for d in op.supported_dtypes("cpu")}
-    added = [d for d in asked if probe and d not in declared and accepted(op, getattr(torch, d))]
+    is not run). A dtype one of ``siblings`` (the OpInfos of the same name: silu and its
+    'complex' variant) declares is theirs to sweep: added here, it would sweep it twice."""
+    declared = _declared(op)
+    theirs = set().union(*(_declared(o) for o in siblings))
+    added = [
+        d for d in asked if probe and d not in declared | theirs and accepted(op, getattr(torch, d))
+    ]
     return [d for d in asked if d in declared or d in added], added
+
+
+def _declared(op: Any) -> set[str]:
+    return {str(d).removeprefix("torch.") for d in op.supported_dtypes("cpu")}
 
 
 def accepted(op: Any, dtype: torch.dtype) -> bool:

@@ -10,6 +10,7 @@ overflows: fp16 softplus for 11.1 < x <= 20), the smallest normal and subnormal 
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from collections.abc import Iterator
@@ -106,19 +107,18 @@ def op_samples(op: Any, dtype: torch.dtype, *, grad: bool, edge: bool) -> Iterat
     if sum(1 for t in _tensors(base) if t.dtype == dtype) > 1:
         yield _filled(base, values, dtype, shifted=True)
     if isinstance(op, UnaryUfuncInfo) and isinstance(base.input, torch.Tensor):
-        yield from _lines(first, base, values, dtype)
+        yield from _lines(op, first, base, values, dtype)
     yield from _nan_seeded(base, len(values), dtype)
     if dtype.is_floating_point and (isinstance(op, ReductionOpInfo) or op.name in REDUCING):
         yield from _large(base, dtype)
 
 
 def _lines(
-    first: list[SampleInput], base: SampleInput, values: list, dtype: torch.dtype
+    op: Any, first: list[SampleInput], base: SampleInput, values: list, dtype: torch.dtype
 ) -> Iterator[SampleInput]:
-    """A unary op on every edge value at once, called as its own samples call it: with its
-    defaults where one of them passes no other argument (threshold's are required: called
-    so, the line was CPU's TypeError), and with each other set of arguments they pass (at
-    most :data:`ARG_SETS`, the base's first)."""
+    """A unary op on every edge value at once: with its defaults unless it requires other
+    arguments (threshold's: called so, the line was CPU's TypeError), and with each set of
+    arguments its own samples pass (at most :data:`ARG_SETS`, the base's first)."""
     grad = base.input.requires_grad
     line = torch.tensor(values, dtype=dtype)
     sets: list[tuple[tuple, dict]] = []
@@ -128,11 +128,27 @@ def _lines(
         chosen = (tuple(sample.args), dict(sample.kwargs))
         if chosen not in sets and len(sets) < ARG_SETS:
             sets.append(chosen)
-    if any(not s.args and not s.kwargs for s in first):
+    if _takes_defaults(op, first):
         yield SampleInput(line.clone().requires_grad_(grad))  # the op's defaults
     for args, kwargs in sets:
         if args or kwargs:
             yield SampleInput(line.clone().requires_grad_(grad), args=args, kwargs=kwargs)
+
+
+def _takes_defaults(op: Any, first: list[SampleInput]) -> bool:
+    """The op can be called with its input alone: one of its samples does, or its Python
+    signature requires nothing else (a builtin's cannot be read: tried, as before, and a
+    refusal is CPU's, a skip). softplus' samples all pass beta, yet its defaults are where
+    float16 overflows."""
+    if any(not s.args and not s.kwargs for s in first):
+        return True
+    try:
+        params = list(inspect.signature(op.op).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return True
+    named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    named += (inspect.Parameter.KEYWORD_ONLY,)
+    return not any(p.default is p.empty and p.kind in named for p in params)
 
 
 def _nan_seeded(base: SampleInput, values: int, dtype: torch.dtype) -> Iterator[SampleInput]:

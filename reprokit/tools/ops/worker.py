@@ -121,7 +121,8 @@ def listing(
     ops = []
     for op in chosen if names else op_db:
         # beyond OpInfo's declared dtypes, those CPU accepts (dtypes.py); not for an op not run
-        swept, added = dtype_sets.swept(op, dtypes, probe=not _skipped(op))
+        siblings = [o for o in op_db if o.name == op.name and o is not op]
+        swept, added = dtype_sets.swept(op, dtypes, probe=not _skipped(op), siblings=siblings)
         backward = {str(d).removeprefix("torch.") for d in op.supported_backward_dtypes("cpu")}
         entry = {
             "op": op.name,
