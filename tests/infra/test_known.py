@@ -51,7 +51,7 @@ def test_each_entry_is_known_somewhere_and_says_when():
         ("elu", {"dtypes": ("float32",), "kind": "value", "grad": False}, None),
         ("elu_backward", {"dtypes": ("float32",), "kind": "value", "grad": False},
          "elu_backward.md"),  # the backward op itself, as a training capture's root
-        ("hardtanh_backward", {"kind": "value"}, "hardtanh_backward_bounds.md"),
+        ("hardtanh_backward", {"kind": "value"}, "clip_grad_boundaries.md"),
         ("_embedding_bag", {"kind": "value", "grad": False}, ""),  # upstream only: no report
         ("amax", {"dtypes": ("float32",), "kind": "shape"}, "amax_default_dim.md"),
         ("upsample_bilinear2d", {"kind": "value", "grad": False}, "bilinear_upsample_8897.md"),
