@@ -13,14 +13,14 @@ decoders hitting one ``cumsum`` are one finding with eight witnesses. RUN_DIR/sw
 
 from __future__ import annotations
 
-import functools
+import json
+import os
 import re
-import signal
-import time
+import sys
+import threading
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +28,12 @@ from typing import Any
 
 from reprokit.errors import ReprokitError
 from reprokit.generate.variants import Variant, load_variants
-from reprokit.records import Outcome, RunSummary
+from reprokit.records import Outcome, RunSummary, StageResult, Status
+from reprokit.records.folder import VariantFolder
 from reprokit.records.sweep import Finding, Sweep, SweptModel, write_sweep
 from reprokit.reports.sweep import divergence
 from reprokit.runner.options import Options
+from reprokit.runner.processes.stage import run_command
 from reprokit.runner.scheduler import Reporter, run
 from reprokit.tools import zoo
 
@@ -165,7 +167,7 @@ def sweep(
     options, say = options or Options(), announce or (lambda _line: None)
     run_dir = Path(run_dir).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)  # sweep.json, even when every model is refused
-    swept = _capture_all(models, run_dir / CAPTURED, say, options.jobs)
+    swept = _capture_all(models, run_dir / CAPTURED, say, options)
     record = Sweep(tuple(swept), tuple(dtypes), minimized=minimize)
     write_sweep(record, run_dir)  # the report can say which models were refused, even now
     cases = [str(run_dir / CAPTURED / f"{m.case}.toml") for m in swept if m.case]
@@ -182,12 +184,12 @@ def sweep(
 
 
 def _capture_all(
-    models: Sequence[Model], folder: Path, say: Callable[[str], None], jobs: int
+    models: Sequence[Model], folder: Path, say: Callable[[str], None], options: Options
 ) -> list[SweptModel]:
     """Each model captured, or its refusal recorded, announced in the models' order."""
     swept = []
     named_as = zip(models, _case_names(models), strict=True)
-    for named, (case, refused, seconds) in zip(models, _captured(named_as, folder, jobs),
+    for named, (case, refused, seconds) in zip(models, _captured(named_as, folder, options),
                                                strict=True):  # fmt: skip
         said = f"captured {named.spec} in {seconds} s" if case else f"refused {named.spec}"
         say(said if case else f"{said}: {refused}")
@@ -211,80 +213,62 @@ def _case_names(models: Sequence[Model]) -> list[str]:
 _Captured = tuple[str | None, str | None, float]  # the case's name or None, why not, seconds
 
 
-def _captured(named_as: Iterable[tuple[Model, str]], folder: Path, jobs: int
+def _captured(named_as: Iterable[tuple[Model, str]], folder: Path, options: Options
               ) -> Iterator[_Captured]:  # fmt: skip
-    """Each model's capture in order, ``jobs`` at a time in processes of their own (torch.export
-    is Python: threads would take turns; spawned, since this process may hold threads a fork
-    would copy half-way). A capture that kills its process (a crash in torch.export or the
-    model's code) is refused as such, the others go on: concurrent.futures says a worker died
-    (multiprocessing.Pool waits for its task forever); after one did, each capture left runs in
-    a process of its own, so that the one that dies is the one named. Leaving early (an
-    interrupt) ends the workers: no capture runs on."""
-    capture = functools.partial(_capture_one, folder=folder)
+    """Each model's capture in order, ``options.jobs`` at a time, each ``reprokit capture`` in a
+    process of its own (torch.export is Python: threads in one process would take turns), run
+    as a stage is (runner/processes: its own group, its logs in ``captured/stages/``, the
+    stage timeout). A capture that kills its process (a crash in torch.export or the model's
+    code) is refused as such and the others go on; leaving early (an interrupt) stops the
+    captures still running."""
     tasks = list(named_as)
-    if jobs <= 1 or len(tasks) <= 1:
-        yield from map(capture, tasks)
-        return
-    pool = _pool(min(jobs, len(tasks)))
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(max(1, min(options.jobs, len(tasks))))  # threads only wait
     try:
-        futures = [pool.submit(capture, task) for task in tasks]
-        for done, future in enumerate(futures):
-            try:
-                yield future.result()
-            except BrokenProcessPool:
-                yield from (_alone(capture, task) for task in tasks[done:])
-                return
+        futures = [pool.submit(_capture_one, task, folder, options, stop) for task in tasks]
+        yield from (future.result() for future in futures)
     finally:
-        _end(pool)
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
-    import multiprocessing
-
-    ignore_ctrl_c = (signal.SIGINT, signal.SIG_IGN)  # the terminal's: this process stops them
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=signal.signal, initargs=ignore_ctrl_c)  # fmt: skip
-
-
-def _alone(capture: Callable[[tuple[Model, str]], _Captured], task: tuple[Model, str]
-           ) -> _Captured:  # fmt: skip
-    """One capture in a process of its own: refused, with why, when that process dies."""
-    pool = _pool(1)
-    try:
-        return pool.submit(capture, task).result()
-    except BrokenProcessPool:
-        return None, ("its capture's process died (a crash in torch.export or the model's own "
-                      "code): `reprokit capture` it alone to see the crash"), 0.0  # fmt: skip
-    finally:
-        _end(pool)
-
-
-def _end(pool: ProcessPoolExecutor) -> None:
-    """Stop the pool's workers at once: a capture left running is not waited for (the
-    executor has no public way to end its workers before Python 3.14's terminate_workers)."""
-    for process in list(getattr(pool, "_processes", {}).values()):
-        process.terminate()
-    pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _capture_one(task: tuple[Model, str], folder: Path) -> _Captured:
-    """In a worker: the model captured as ``name`` into ``folder``, or why it was refused."""
+def _capture_one(task: tuple[Model, str], folder: Path, options: Options,
+                 stop: threading.Event) -> _Captured:  # fmt: skip
+    """``reprokit capture`` of the model as ``name`` into ``folder``: its case's name, or why
+    it was refused (its one-line error, with its hint: what to do)."""
     named, name = task
-    start = time.monotonic()
-    try:
-        if isinstance(named, OwnModel):
-            from reprokit.tools.capture import command
+    command = [sys.executable, "-m", "reprokit", "capture", named.spec, "--name", name,
+               "-o", str(folder), *_named_options(named)]  # fmt: skip
+    ended = run_command(command, folder=folder, name=f"capture-{name}", backend="cpu",
+                        env=dict(os.environ), options=options, cwd=Path.cwd(),
+                        stop=stop)  # fmt: skip
+    if ended.status is Status.OK:
+        return name, None, round(ended.seconds, 2)
+    log = VariantFolder(folder).stage(ended.name).log("stderr")
+    return None, _refusal(ended, log.read_text("utf-8", "replace")), round(ended.seconds, 2)
 
-            command(named.spec, name=name, out_dir=folder)
-        else:
-            zoo.capture_named(named, name=name, out_dir=folder)
-        case, refused = name, None
-    except ReprokitError as exc:
-        case, refused = None, str(exc).replace("\n\n", " ")  # with its hint: what to do
-    except Exception as exc:  # a model's own code failing: recorded, the sweep goes on
-        first = (str(exc).splitlines() or [""])[0][:300]
-        case, refused = None, f"{type(exc).__name__}: {first}"
-    return case, refused, round(time.monotonic() - start, 2)
+
+def _named_options(named: Model) -> list[str]:
+    """A named model's configuration and input shape as ``reprokit capture`` takes them."""
+    if isinstance(named, OwnModel):
+        return []
+    given = [f"--config={key}={json.dumps(value)}" for key, value in named.config.items()]
+    return given + ([f"--shape={','.join(map(str, named.shape))}"] if named.shape else [])
+
+
+def _refusal(ended: StageResult, stderr: str) -> str:
+    """Why a capture was refused, in one line: its error and hint as the command printed them,
+    the last line of a traceback, or how its process died."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    said = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    if said:  # the message and its hint, wrapped by the console: one line again
+        return " ".join(" ".join(lines[said[-1] :]).removeprefix("error: ").split())
+    if "Traceback" in stderr and ended.signal is None:
+        return lines[-1][:300]
+    how = f"died of {ended.signal}" if ended.signal else f"died (exit code {ended.returncode})"
+    how = "was killed at the timeout" if ended.status is Status.TIMEOUT else how
+    return (f"its capture's process {how}, with no message (a crash in torch.export or the "
+            "model's own code): `reprokit capture` it alone to see it")  # fmt: skip
 
 
 def _findings(
