@@ -1,7 +1,8 @@
 """report.md of a ``reprokit ops`` folder, rendered from its ops.json: the groups first (one row
-each: op, dtypes, pass, kind, the witness, its repro and whether it reproduces alone), then the
-counts per op family, the skips by reason, subnormal flushing as one class of the platform, and
-where CPU itself is far from float64."""
+each: op, dtypes, pass, kind, the witness, its repro and whether it reproduces alone), the
+causes shared by several groups named once, the precision findings apart (a half type's
+rounding, not a bug), then the counts per op family, the skips by reason, subnormal flushing as
+one class of the platform, and where CPU itself is far from float64."""
 
 from __future__ import annotations
 
@@ -32,9 +33,13 @@ def headline(sweep: OpsSweep) -> str:
     ops = sum(1 for o in sweep.ops if o["counts"])
     alone = sum(1 for g in sweep.groups if g.reproduces_alone)
     stopped = " (interrupted: what finished)" if sweep.interrupted else ""
+    causes = {g.cause for g in sweep.groups if g.cause}
+    shared = sum(1 for g in sweep.groups if g.cause)
+    caused = f" ({shared} of them from {_count(len(causes), 'cause')} below)" if causes else ""
+    rounded = f"; {_count(len(sweep.precision), 'precision finding')} apart" * bool(sweep.precision)
     return (
-        f"{len(sweep.groups)} groups of divergences on {', '.join(sweep.backends)} in "
-        f"{samples:,} samples of {ops} OpInfos{stopped}; {alone} reproduce alone"
+        f"{len(sweep.groups)} groups of divergences on {', '.join(sweep.backends)}{caused} in "
+        f"{samples:,} samples of {ops} OpInfos{stopped}; {alone} reproduce alone{rounded}"
     )
 
 
@@ -58,7 +63,8 @@ def markdown(sweep: OpsSweep) -> str:
             f"{s.get('candidates', 0)} candidates, {s.get('found', 0)} found.",
             "",
         ]
-    lines += _groups(sweep.groups) + _families(sweep) + _skips(sweep) + _platform(sweep)
+    lines += _groups(sweep.groups) + _causes(sweep.groups) + _precision(sweep.precision)
+    lines += _families(sweep) + _skips(sweep) + _platform(sweep)
     lines += _cpu_wrong(sweep)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -75,6 +81,7 @@ def _groups(groups: tuple[Group, ...]) -> list[str]:
     for g in groups[:GROUP_ROWS]:
         op = f"`{g.op}`" + (f" ({g.variant})" if g.variant else "")
         op += " [torch]" if g.owner == "torch" else ""
+        op += f" (cause: `{g.cause}`)" if g.cause else ""
         w = g.witness
         shapes = ", ".join((w.get("described") or {}).get("tensors", []))
         edge = "edge " if w.get("edge") else ""
@@ -90,6 +97,59 @@ def _groups(groups: tuple[Group, ...]) -> list[str]:
         )
     if len(groups) > GROUP_ROWS:
         lines.append(f"\n{len(groups) - GROUP_ROWS} more groups in ops.json.")
+    return [*lines, ""]
+
+
+CAUSES = {  # what a cause (records.ops.Group.cause) is, in a maintainer's words
+    "mean": "the loss's terms agree with CPU's; its mean, XLA's own `mean` of them, differs "
+    "(a float16 sum of the terms past 65,504 is inf)",
+    "sum": "the loss's terms agree with CPU's; their sum, XLA's own `sum` of them, differs",
+}
+
+
+def _causes(groups: tuple[Group, ...]) -> list[str]:
+    """One line per op that causes several groups' divergences, with the groups it causes."""
+    by_cause: dict[str, list[Group]] = {}
+    for g in groups:
+        if g.cause:
+            by_cause.setdefault(g.cause, []).append(g)
+    if not by_cause:
+        return []
+    lines = ["## Causes shared by several ops (each named once, at the op that causes it)", ""]
+    for cause, found in sorted(by_cause.items()):
+        ops = ", ".join(f"`{g.op}` ({', '.join(g.dtypes)}, {g.kind})" for g in found)
+        lines.append(f"- `{cause}`: {CAUSES.get(cause, '')}. In {ops}.")
+    return [*lines, ""]
+
+
+def _precision(found: list[dict]) -> list[str]:
+    """The precision findings: not bugs, listed apart with their size and intermediates."""
+    if not found:
+        return []
+    lines = [
+        "## Precision (a half type's rounding, not bugs)",
+        "",
+        "Within eps(dtype) of the terms' magnitude and right in float32 on XLA "
+        "(docs/ops.md). Size: the largest difference from float64, in ulps of the dtype at "
+        "the terms' magnitude (at the result itself in brackets).",
+        "",
+        "| op | dtypes | pass | samples (beyond: a group's) | ulps, XLA (result) / CPU | "
+        "XLA's intermediates in | witness |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in found:
+        op = f"`{p['op']}`" + (f" ({p['variant']})" if p["variant"] else "")
+        passed = "in-place" if p.get("inplace") else "backward" if p["grad"] else "forward"
+        size = f"{p['ulps']:g} ({p['result_ulps']:g}) / {p['cpu_ulps']:g}"
+        counts = f"{p['samples']}" + (f" ({p['differs']})" if p.get("differs") else "")
+        inside = ", ".join(f"{d}: {i}" for d, i in p["intermediates"].items())
+        w = p["witness"]
+        witness = f"{w['dtype']} {'edge ' if w.get('edge') else ''}sample {w['sample']}: "
+        witness += ", ".join(w.get("tensors") or []) + f"; {w.get('detail') or ''}"
+        lines.append(
+            f"| {op} | {', '.join(p['dtypes'])} | {passed} | {counts} | {size} | "
+            f"{inside} | {_cell(witness)} |"
+        )
     return [*lines, ""]
 
 
@@ -134,7 +194,7 @@ def _families(sweep: OpsSweep) -> list[str]:
     for g in sweep.groups:
         row = kinds.setdefault(family(g.op), {})
         row[g.kind] = row.get(g.kind, 0) + 1
-    verdicts = ("match", "differs", "skip", "platform", "cpu_wrong")
+    verdicts = ("match", "differs", "precision", "skip", "platform", "cpu_wrong")
     lines = [
         "## Per op family",
         "",

@@ -123,12 +123,17 @@ def precision(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ``precision`` records (tools/ops/precision.py) listed apart from the groups: one
     entry per op, variant, backend and pass, with its dtypes, samples, the largest size in ulps
     (XLA's and CPU's at the terms' magnitude, XLA's at the result), the dtype XLA and CPU keep
-    their intermediates in, per dtype, and the witness of the largest."""
+    their intermediates in, per dtype, and the witness of the largest; ``differs``: the op's
+    samples in that pass beyond the bound (a group's), so that a reader does not take the op
+    for right (bilinear upsampling: 4 samples of rounding, 31 of a bug)."""
     keyed: dict[tuple, list[dict[str, Any]]] = {}
+    beyond: dict[tuple, int] = {}
     for r in records:
+        key = (r["op"], r["variant"], r["backend"], r["grad"], r.get("inplace", False))
         if r["verdict"] == "precision":
-            key = (r["op"], r["variant"], r["backend"], r["grad"], r.get("inplace", False))
             keyed.setdefault(key, []).append(r)
+        elif r["verdict"] == "differs":
+            beyond[key] = beyond.get(key, 0) + 1
     found = []
     for (op, variant, backend, grad, inplace), rows in sorted(keyed.items()):
         largest = max(rows, key=lambda r: (r.get("ulps", 0), _smallest(r)))
@@ -143,9 +148,11 @@ def precision(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "inplace": inplace,
                 "dtypes": sorted({r["dtype"] for r in rows}, key=_dtype_rank),
                 "samples": len(rows),
+                "differs": beyond.get((op, variant, backend, grad, inplace), 0),
                 "ulps": max(r.get("ulps", 0.0) for r in rows),
                 "cpu_ulps": max(r.get("cpu_ulps", 0.0) for r in rows),
                 "result_ulps": max(r.get("result_ulps", 0.0) for r in rows),
+                "of_bound": max(r.get("of_bound", 0.0) for r in rows),
                 "intermediates": dict(sorted(inside.items(), key=lambda kv: _dtype_rank(kv[0]))),
                 "cpu_intermediates": dict(sorted(cpu_inside.items())),
                 "terms": sorted({r.get("terms", "") for r in rows}),
