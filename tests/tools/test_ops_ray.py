@@ -1,0 +1,154 @@
+"""``reprokit ops --executor ray`` end to end, on a real Ray (a private local instance, as the
+command starts it without --ray-address; 2 CPUs) and real XLA:CPU workers: the same sweep run
+locally and on Ray, into two results caches so that both really judge every sample.
+
+The sweep: fp16 ``mean`` (an error group), fp16 ``softplus`` (agrees without edge values), and
+``roll``, one of whose OpInfo samples (an empty tensor) kills its worker with SIGFPE on XLA:CPU,
+on the Ray node as on this machine. Then a Ray actor killed by SIGKILL in the middle of a sample
+(held there by the worker's test-only hang hook): its tasks run again in a new actor.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from reprokit.records.ops import OpsSweep, read_ops
+from reprokit.tools.ops.worker import HANG
+
+pytest.importorskip("ray")
+
+OPS = ["nn.functional.softplus", "mean", "roll"]
+ACTOR = b"ray::_Held"  # the process title Ray gives an actor of runner/processes/ray_actors.py
+
+
+def reprokit(*args: str, cache: Path, **env: str) -> subprocess.Popen[str]:
+    environ = dict(os.environ, REPROKIT_CACHE=str(cache), REPROKIT_WARM_IDLE="0", **env)
+    command = [sys.executable, "-c", "from reprokit.cli import main; main()", *args]
+    return subprocess.Popen(
+        command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def finished(process: subprocess.Popen[str]) -> tuple[int, str]:
+    out, err = process.communicate(timeout=900)
+    return process.returncode, out + err
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """The sweep here and on Ray, one after the other (two cores): (local, ray) folders and
+    what each printed."""
+    root = tmp_path_factory.mktemp("ops-ray")
+    args = ["ops", *OPS, "--dtypes", "float16", "-n", "2"]
+    found = {}
+    for name, more in (("local", []), ("ray", ["--executor", "ray"])):
+        code, said = finished(
+            reprokit(*args, *more, "-o", str(root / name), cache=root / f"cache-{name}")
+        )
+        assert code == 1, said  # divergences found
+        found[name] = (read_ops(root / name), said)
+    return found
+
+
+def verdicts(sweep: OpsSweep) -> set[tuple]:
+    return {
+        (r["op"], r["dtype"], r["sample"], r["verdict"], r.get("kind"), r.get("reason"))
+        for r in sweep.records
+    }
+
+
+def test_the_ray_sweep_gives_the_local_groups(both):
+    (local, _), (ray, said) = both["local"], both["ray"]
+    assert [g.id for g in ray.groups] == [g.id for g in local.groups]
+    assert {g.id for g in ray.groups} >= {"mean_error", "roll_crash"}
+    assert [(g.kind, g.dtypes, g.witness["sample"]) for g in ray.groups] == [
+        (g.kind, g.dtypes, g.witness["sample"]) for g in local.groups
+    ]
+    assert verdicts(ray) == verdicts(local)  # sample by sample
+    assert all(g.reproduces_alone for g in ray.groups), said
+    assert (ray.tasks, ray.cached) == (local.tasks, 0)  # every task judged on Ray
+
+
+def test_a_sample_that_kills_its_ray_worker_is_a_crash_and_the_sweep_goes_on(both):
+    ray, said = both["ray"]
+    (crash,) = [g for g in ray.groups if g.op == "roll"]
+    assert crash.kind == "crash" and "SIGFPE" in crash.witness["detail"], said
+    assert crash.witness["described"]["tensors"]  # named: which sample it was
+    rolled = [r for r in ray.records if r["op"] == "roll"]
+    after = [r for r in rolled if r["sample"] > crash.witness["sample"]]
+    assert any(r["verdict"] == "match" for r in after)  # judged in a new worker
+    crashes = [r for r in rolled if r.get("kind") == "crash"]  # each empty tensor, its worker
+    assert all("SIGFPE" in r["detail"] for r in crashes)
+    assert len({r["sample"] for r in crashes}) == len(crashes)  # each sample judged once
+    assert "roll float16 forward crash" in said
+
+
+def actors() -> list[int]:
+    """The pids of this machine's processes that are actors of ray_actors.py."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(ACTOR):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_ray_actor_killed_mid_sample_loses_only_its_tasks(tmp_path):
+    """The actor dies (SIGKILL) while its worker is held in add's sample 1: add and neg run
+    again in a new actor from their start, and the sweep ends as it would have: add's sample
+    1 a hang (the hook holds it there again, until the sample's timeout), the rest judged."""
+    args = ["ops", "add", "neg", "--dtypes", "float32", "--timeout", "15", "-n", "1"]
+    args += ["--executor", "ray", "-o", str(tmp_path / "out")]
+    before = set(actors())
+    running = reprokit(*args, cache=tmp_path / "cache", **{HANG: "add:1"})
+    killed: list[int] = []
+
+    def kill_the_actor() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and running.poll() is None:
+            # the worker announced add's sample 1 and hangs there (its log is on the node)
+            new = [pid for pid in actors() if pid not in before]
+            if new and hanging(tmp_path / "cache"):
+                os.kill(new[0], signal.SIGKILL)
+                killed.append(new[0])
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_the_actor)
+    killer.start()
+    code, said = finished(running)
+    killer.join()
+    assert killed, said
+    assert code == 1, said
+    sweep = read_ops(tmp_path / "out")
+    added = [r for r in sweep.records if r["op"] == "add"]
+    assert [(r["sample"], r["kind"]) for r in added if r["verdict"] == "differs"] == [(1, "hang")]
+    assert {0, 2} <= {r["sample"] for r in added if r["verdict"] == "match"}
+    assert all(r["verdict"] == "match" for r in sweep.records if r["op"] == "neg")
+    assert not [r for r in sweep.records if "lost" in r.get("reason", "")]  # once: run again
+
+
+def hanging(cache: Path) -> bool:
+    """Whether a worker of this test's sweep (its job names this test's cache) is in add's
+    sample 1: its answer so far, in the node's scratch folder, ends with that sample's
+    announcement."""
+    for out in Path(tempfile.gettempdir()).glob("reprokit-ops-*/worker-*/out.jsonl"):
+        try:
+            ours = str(cache) in (out.parent / "job.json").read_text("utf-8")
+            lines = out.read_text("utf-8").strip().splitlines()
+        except OSError:
+            continue
+        if ours and lines and '"begin": "add|' in lines[-1] and '"sample": 1,' in lines[-1]:
+            return True
+    return False
