@@ -26,7 +26,7 @@ from reprokit.records.since import CANNOT_TELL, DOES_NOT, SHOWS, Tried
 from reprokit.tools.minimize.graph.alone import Ran
 from reprokit.tools.root_repro import _digest
 from reprokit.tools.since import search
-from reprokit.tools.since.tried import judge
+from reprokit.tools.since.tried import _kept, judge
 
 SHOWING = "print('CPU 4.0, XLA inf: XLA DIFFERS')\nraise SystemExit(1)\n"
 AGREEING = "print('XLA agrees')\n"
@@ -94,6 +94,15 @@ def test_an_exit_code_and_an_uncaught_exception_judged():
     )
     asserted = "Traceback (most recent call last):\n  File ...\nAssertionError: differ\n"
     assert judge(Ran(1, "", asserted)).verdict == SHOWS  # an assert is a repro saying so
+    aborted = (
+        "F0000 00:00:1796521541.705912 debug_macros.h:21] Non-OK-status: status.status()\n"
+        "Status: INVALID_ARGUMENT: Shapes must be equal rank, but are f32[3] and f32[3,1]\n"
+        "*** Begin stack trace ***\n" + "  @ 0x7f4c53109a28  c10::Dispatcher::callBoxed()\n" * 200
+    )  # a C++ abort: its reason before the stack trace, whose last line is an address
+    assert judge(Ran(-6, "", aborted)) == Tried(
+        CANNOT_TELL, "exit -6 (SIGABRT): Status: INVALID_ARGUMENT: Shapes must be equal rank, "
+        "but are f32[3] and f32[3,1]", -6)  # fmt: skip
+    assert "Shapes must be equal rank" in _kept(aborted) and len(_kept(aborted)) < len(aborted)
     assert judge(Ran(None, "", "")) == Tried(CANNOT_TELL, "timed out")
     assert judge(Ran(None, "", "", "SIGSEGV")).why == "killed by SIGSEGV"
 

@@ -14,6 +14,7 @@ nothing; a run that timed out is not kept (a busy machine, not the release).
 from __future__ import annotations
 
 import re
+import signal
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +34,12 @@ KEPT = 4000  # characters of each stream a cache entry keeps (the end: where the
 WHY = 160  # characters of the one line why
 # The exception an uncaught traceback ends with: its last line that names one
 _RAISED = re.compile(r"^(\w[\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$", re.MULTILINE)
+# What a process that aborts in C++ says before its stack trace: XLA's fatal Status, a failed
+# CHECK, an uncaught C++ exception (the trace's last line is only an address)
+_FATAL = re.compile(
+    r"^(Status: .*|.*Check failed.*|terminate called.*|Fatal Python error.*)$", re.MULTILINE
+)
+HEAD = 1500  # characters of stderr's start a cache entry keeps too: where an abort says why
 
 
 def try_release(repro: Repro, release: str, python: Path, options: Options, scratch: Path) -> Tried:
@@ -70,7 +77,9 @@ def judge(ran: Ran) -> Tried:
     if ran.returncode == 2:
         why = _cut(f"exit 2, cannot run: {said or _last(ran.stderr)}")
     elif ran.returncode < 0 or not said:
-        why = _cut(f"exit {ran.returncode}: {_last(ran.stderr) or said}")
+        fatal = _FATAL.search(ran.stderr)
+        told = fatal.group(1).strip() if fatal else _last(ran.stderr) or said
+        why = _cut(f"exit {ran.returncode}{_signal(ran.returncode)}: {told}")
     return Tried(CANNOT_TELL, why, ran.returncode)
 
 
@@ -79,6 +88,14 @@ def _raised(stderr: str) -> str:
     _, traceback, after = stderr.rpartition("Traceback (most recent call last):")
     found = _RAISED.findall(after) if traceback else []
     return found[-1].strip() if found else ""
+
+
+def _signal(returncode: int) -> str:
+    """`` (SIGABRT)`` for a process a signal ended, else ""."""
+    try:
+        return f" ({signal.Signals(-returncode).name})" if returncode < 0 else ""
+    except ValueError:
+        return ""
 
 
 def _last(text: str) -> str:
@@ -96,9 +113,17 @@ def _entry(ran: Ran, seconds: float) -> dict[str, Any]:
         "returncode": ran.returncode,
         "signal": ran.signal,
         "stdout": ran.stdout[-KEPT:],
-        "stderr": ran.stderr[-KEPT:],
+        "stderr": _kept(ran.stderr),
         "seconds": seconds,
     }
+
+
+def _kept(stderr: str) -> str:
+    """Its end (where a traceback ends), and its start where it is longer (where an abort
+    printed its reason, before a stack trace)."""
+    if len(stderr) <= HEAD + KEPT:
+        return stderr
+    return f"{stderr[:HEAD]}\n[...]\n{stderr[-KEPT:]}"
 
 
 def _ran(entry: dict[str, Any]) -> Ran:
