@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.records.ops import OpsSweep, read_ops
+from reprokit.records import EnvSpec
+from reprokit.records.ops import Group, OpsSweep, read_ops
+from reprokit.records.ops_releases import HTML, MARKDOWN, NOT_SWEPT
+from reprokit.reports.ops_releases import shown, since, write_reports
+from reprokit.tools.ops.releases import merge
 from reprokit.tools.ops.worker import HANG
-
-pytest.importorskip("ray")
 
 OPS = ["nn.functional.softplus", "mean", "roll"]
 ACTOR = b"ray::_Held"  # the process title Ray gives an actor of runner/processes/ray_actors.py
@@ -45,6 +47,7 @@ def finished(process: subprocess.Popen[str]) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
+    pytest.importorskip("ray")
     """The sweep here and on Ray, one after the other (two cores): (local, ray) folders and
     what each printed."""
     root = tmp_path_factory.mktemp("ops-ray")
@@ -108,6 +111,7 @@ def test_a_ray_actor_killed_mid_sample_loses_only_its_tasks(tmp_path):
     """The actor dies (SIGKILL) while its worker is held in add's sample 1: add and neg run
     again in a new actor from their start, and the sweep ends as it would have: add's sample
     1 a hang (the hook holds it there again, until the sample's timeout), the rest judged."""
+    pytest.importorskip("ray")
     args = ["ops", "add", "neg", "--dtypes", "float32", "--timeout", "15", "-n", "1"]
     args += ["--executor", "ray", "-o", str(tmp_path / "out")]
     before = set(actors())
@@ -152,3 +156,38 @@ def hanging(cache: Path) -> bool:
         if ours and lines and '"begin": "add|' in lines[-1] and '"sample": 1,' in lines[-1]:
             return True
     return False
+
+
+def swept(versions: str, groups: list[Group], judged: list[str]) -> OpsSweep:
+    """An ops.json's content, as a release's sweep writes it (ops and their counts)."""
+    ops = [{"op": o, "variant": "", "dtypes": ["float16"], "skip": None, "counts": {"match": 3}}
+           for o in judged]  # fmt: skip
+    return OpsSweep([], {"torch_xla": versions}, ("xla",), ("float16",), False, False, 1.0,
+                    ops=ops, groups=tuple(groups))  # fmt: skip
+
+
+def test_the_op_by_release_table_names_where_a_divergence_began(tmp_path):
+    """A regression (silu: agrees on 2.8, differs on 2.9), one alike on both (mean), one op
+    only 2.9 has: the table, its rows' order, report.md and the report.html matrix."""
+
+    def group(op: str, kind: str) -> Group:
+        return Group(f"{op}_{kind}", op, "", "xla", ("float16",), kind, False, {}, 1,
+                     repro=f"repro_{op}_{kind}.py")  # fmt: skip
+
+    old = swept("2.8.0", [group("mean", "error")], ["mean", "silu", "abs"])
+    new = swept("2.9.0", [group("mean", "error"), group("silu", "value")],
+                ["mean", "silu", "abs", "new_op"])  # fmt: skip
+    table = merge([(EnvSpec("2.8", ()), old), (EnvSpec("2.9", ()), new)], ["ops"])
+    rows = {r.name: r for r in table.rows}
+    assert rows["silu"].changed and not rows["mean"].changed and not rows["abs"].changed
+    assert rows["new_op"].cells["2.8"].state == NOT_SWEPT and not rows["new_op"].changed
+    assert since(rows["silu"], ["2.8", "2.9"]) == "since 2.9 (2.8: agrees)"
+    assert [r.name for r in shown(table)] == ["silu", "mean"]  # changed first
+    write_reports(tmp_path, table)
+    text = (tmp_path / MARKDOWN).read_text()
+    assert (
+        "| `silu` | agrees | [value](2.9/repro_silu_value.py) forward float16 | since 2.9" in text
+    )
+    assert "2 more OpInfos agree" in text
+    page = (tmp_path / HTML).read_text()
+    assert page.count("<tr>") == 3 and "href='2.9/repro_silu_value.py'" in page
