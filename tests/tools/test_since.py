@@ -104,7 +104,7 @@ def test_an_exit_code_and_an_uncaught_exception_judged():
         "but are f32[3] and f32[3,1]", -6)  # fmt: skip
     assert "Shapes must be equal rank" in _kept(aborted) and len(_kept(aborted)) < len(aborted)
     assert judge(Ran(None, "", "")) == Tried(CANNOT_TELL, "timed out")
-    assert judge(Ran(None, "", "", "SIGSEGV")).why == "killed by SIGSEGV"
+    assert judge(Ran(None, "", "", "SIGTERM")).why == "timed out (then killed by SIGTERM)"
 
 
 def test_a_repro_file_that_imports_what_a_release_lacks_cannot_tell(here, cli, tmp_path):
@@ -235,3 +235,13 @@ def test_a_repro_that_fails_to_import_on_a_real_older_release_cannot_tell(
         "2.8": CANNOT_TELL, "2.9": SHOWS}, result.output  # fmt: skip
     assert found["tried"]["2.8"]["why"].startswith("raised ImportError: cannot import name")
     assert found["since"].startswith("on every release tried (2.9; cannot tell on 2.8)")
+
+
+def test_a_repro_past_the_timeout_cannot_tell_and_is_not_cached(here, tmp_path):
+    (tmp_path / "slow.py").write_text("import time\ntime.sleep(600)\n")
+    options = _options().__class__(timeout=2)
+    for _ in range(2):  # the second run is not answered from the cache: it runs again
+        found = since_tool.bisect_repros([tmp_path / "slow.py"], ["2.9"], options=options)
+        (tried,) = found.found[0].tried.values()
+        assert (tried.verdict, tried.cached) == (CANNOT_TELL, False)
+        assert tried.why.startswith("timed out"), tried.why

@@ -55,7 +55,7 @@ def try_release(repro: Repro, release: str, python: Path, options: Options, scra
     start = time.monotonic()
     ran = run_alone(repro.write, replace(options, python=str(python)), scratch)
     seconds = round(time.monotonic() - start, 1)
-    if ran.returncode is not None or ran.signal:
+    if ran.returncode is not None:  # None: past the timeout (run_alone's Ran), not kept
         store.put_json(key, _entry(ran, seconds))
     return replace(judge(ran), seconds=seconds)
 
@@ -63,8 +63,8 @@ def try_release(repro: Repro, release: str, python: Path, options: Options, scra
 def judge(ran: Ran) -> Tried:
     """Shows, does not, or cannot tell, with the one line why."""
     said = _last(ran.stdout)
-    if ran.returncode is None:
-        why = f"killed by {ran.signal}" if ran.signal else "timed out"
+    if ran.returncode is None:  # run_alone: past the timeout, then TERMed (or KILLed)
+        why = f"timed out (then killed by {ran.signal})" if ran.signal else "timed out"
         return Tried(CANNOT_TELL, why)
     raised = _raised(ran.stderr)
     if ran.returncode == 1 and raised and not raised.startswith("AssertionError"):
