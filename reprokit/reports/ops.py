@@ -10,13 +10,14 @@ from pathlib import Path
 
 from reprokit.records import Reports, RunSummary
 from reprokit.records.ops import OPS, Group, OpsSweep, read_ops
+from reprokit.records.ops_releases import is_ops_releases_folder
 
 REPORT = "report.md"
 GROUP_ROWS = 400  # rows of the groups' table at most (a whole sweep's fit)
 
 
 def is_ops_folder(folder: Path) -> bool:
-    return (Path(folder) / OPS).is_file()
+    return (Path(folder) / OPS).is_file() or is_ops_releases_folder(folder)
 
 
 def write_report(folder: Path, sweep: OpsSweep | None = None) -> Path:
@@ -261,6 +262,10 @@ def _cell(text: str) -> str:
 
 def reports(folder: Path, out_dir: Path | None = None) -> Reports:
     """What ``reprokit report DIR`` gives for an ops folder: its report.md (in ``out_dir``)."""
+    if not (Path(folder) / OPS).is_file():  # a sweep in several releases: their table
+        from reprokit.reports.ops_releases import reports as across
+
+        return across(folder, out_dir)
     sweep = read_ops(folder)
     target = Path(out_dir or folder)
     target.mkdir(parents=True, exist_ok=True)

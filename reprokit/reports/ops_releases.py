@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from reprokit.records import Reports, RunSummary
 from reprokit.records.ops_releases import (
     AGREES,
     DIFFERS,
@@ -33,6 +34,17 @@ def write_reports(folder: Path, table: OpsReleases | None = None) -> list[Path]:
     md.write_text(markdown(table), "utf-8")
     page.write_text(html(table), "utf-8")
     return [md, page]
+
+
+def reports(folder: Path, out_dir: Path | None = None) -> Reports:
+    """What ``reprokit report DIR`` gives for a releases folder: report.md and report.html
+    (in ``out_dir``)."""
+    table = read_ops_releases(folder)
+    target = Path(out_dir or folder)
+    target.mkdir(parents=True, exist_ok=True)
+    written = write_reports(target, table)
+    summary = RunSummary(started="", argv=tuple(table.argv), interrupted=table.interrupted)
+    return Reports(summary, tuple(written), title=headline(table))
 
 
 def headline(table: OpsReleases) -> str:
