@@ -65,6 +65,8 @@ def ops_(
 ) -> None:
     """Every sample of torch's OpInfo database (the ops named, or --all) on XLA against CPU and
     float64: ops.json, report.md and a repro_<group>.py per divergence, each run alone.
+    --executor ray: the workers on a Ray cluster. --releases/--env: the sweep in each
+    environment (DIR/<name>/), merged into one op x release table (report.md, report.html).
 
     Exit 0: no divergence; 1: some (each a group); 2: bad input; 130: interrupted (what
     finished is kept)."""
