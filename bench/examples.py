@@ -53,6 +53,8 @@ EXAMPLES = ROOT / "docs" / "examples"
 PYTHON = ROOT / ".venv" / "bin" / "python"
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PJRT_DEVICE": "CPU"}
 
+INDEX = "README.md"  # docs/examples' index (the since table), not a report
+
 _ISSUE_HEADING = re.compile(r"^## The issue\b.*$", re.MULTILINE)
 _PYTHON_BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _EXPECT = re.compile(r"<!--\s*expect-exit:\s*(-?\d+)(\s+raises)?\s*-->")
@@ -90,6 +92,11 @@ class Outcome:
     @property
     def note(self) -> str:
         return self.skipped or (f"raised {self.raised[:60]}" if self.raised else "")
+
+
+def reports() -> list[Path]:
+    """Every report of docs/examples, by name (its index left out)."""
+    return sorted(p for p in EXAMPLES.glob("*.md") if p.name != INDEX)
 
 
 def repro_of(report: Path) -> str:
@@ -203,14 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per repro")
     parser.add_argument("-j", type=int, default=1, help="repros run at once")
     args = parser.parse_args(argv)
-    reports = sorted(EXAMPLES.glob("*.md"))
-    if args.k:
-        reports = [r for r in reports if any(k in r.stem for k in args.k)]
-    if not reports:
+    chosen = [r for r in reports() if not args.k or any(k in r.stem for k in args.k)]
+    if not chosen:
         print("no report matched", file=sys.stderr)
         return 2
     with ThreadPoolExecutor(max_workers=args.j) as pool:
-        outcomes = list(pool.map(lambda r: run_alone(r, timeout=args.timeout), reports))
+        outcomes = list(pool.map(lambda r: run_alone(r, timeout=args.timeout), chosen))
     print(table(outcomes))
     bad = [o for o in outcomes if not o.ok and not o.skipped]
     for o in bad:

@@ -26,9 +26,10 @@ def since_line(roots: Iterable[Root]) -> tuple[str, ...]:
     return ()
 
 
-# The lines context_line writes: found again to be replaced (bench/examples_since.py --write)
+# The lines context_line writes (or a list item of one): found again to be replaced
+# (bench/examples_since.py --write)
 SINCE_LINE = re.compile(
-    r"^(?:Also on torch_xla |A regression: right on torch_xla |Fixed in torch_xla "
+    r"^(- )?(?:Also on torch_xla |A regression: right on torch_xla |Fixed in torch_xla "
     r"|Not on torch_xla |Only tried on torch_xla |Cannot tell on torch_xla ).*$",
     re.MULTILINE,
 )
