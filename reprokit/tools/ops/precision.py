@@ -6,22 +6,24 @@ Two conditions, both needed (docs/ops.md, "Precision apart from bugs"):
 - **Within a bound scaled to the inputs.** Every element of XLA's result is within
   ``TERMS * eps(dtype) * terms + ULPS * ulp(result)`` of float64's, where ``terms`` is the sum
   of the magnitudes of the op's terms, taken as the first-order componentwise condition of the
-  op at the sample, ``sum_i |dy/dx_i| |x_i|`` over its floating inputs, computed in float64 from
-  the op's Jacobian (for a sum of products, ``conv3d``'s or ``trapezoid``'s, that is the sum of
-  the products' magnitudes, once per factor: what rounding each term to the dtype moves the
-  result by), and never less than float64's result itself. Where no Jacobian is had (an op
-  without a derivative there, a result of more than ``OUTPUTS`` elements, a gradient pass), the
-  result's own magnitude stands in. Unlike the fp64 rule's bound (a few times CPU's own error)
-  it does not collapse where CPU happens to be exact, and it has no factor of the problem's
-  size: an error that grows with the size leaves it, and stays a bug.
+  op at the sample, ``sum_i |dy/dx_i| |x_i|`` over its floating inputs, in float64 (for a sum
+  of products, ``conv3d``'s or ``trapezoid``'s, that is the sum of the products' magnitudes,
+  once per factor: what rounding each term to the dtype moves the result by), and never less
+  than float64's result itself. It comes from the op's Jacobian where that is small, else is
+  estimated from below by a few Jacobian-vector products with random signs (never larger than
+  the exact sum: an estimate can only call more samples bugs). Where there is no derivative (or
+  in a gradient pass) the result's own magnitude stands in. Unlike the fp64 rule's bound (a few
+  times CPU's own error) it does not collapse where CPU happens to be exact, and it has no
+  factor of the problem's size: an error that grows with the size leaves it, and stays a bug.
 - **Right in float32.** The sample run again with its float16/bfloat16 tensors and dtype
   arguments in float32, on XLA and on CPU, is judged a match by the sweep's own rule: the
   lowering is right, only the dtype kept for its intermediates differs.
 
 inf/NaN, a dtype or shape differing, errors and crashes are never precision (only ``value``
-differences are asked about). A finding says its size in ulps of the dtype at float64's result
-(XLA's and CPU's) and the dtype XLA keeps its intermediates in: the dtype itself where XLA's
-result is not its own float32 result rounded to the dtype, float32 where it is.
+differences are asked about). A finding says its size in ulps of the dtype at the terms'
+magnitude (XLA's and CPU's) and at the result itself, the share of the bound it takes, and the
+dtype XLA keeps its intermediates in: the dtype itself where XLA's result is not its own
+float32 result rounded to the dtype, float32 where it is.
 """
 
 from __future__ import annotations
