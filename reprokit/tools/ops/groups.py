@@ -137,8 +137,7 @@ def precision(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     found = []
     for (op, variant, backend, grad, inplace), rows in sorted(keyed.items()):
         largest = max(rows, key=lambda r: (r.get("ulps", 0), _smallest(r)))
-        inside = {r["dtype"]: r.get("intermediates", "") for r in rows}
-        cpu_inside = {r["dtype"]: r.get("cpu_intermediates", "") for r in rows}
+        inside, cpu_inside = _kept_in(rows, "intermediates"), _kept_in(rows, "cpu_intermediates")
         found.append(
             {
                 "op": op,
@@ -153,14 +152,24 @@ def precision(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "cpu_ulps": max(r.get("cpu_ulps", 0.0) for r in rows),
                 "result_ulps": max(r.get("result_ulps", 0.0) for r in rows),
                 "of_bound": max(r.get("of_bound", 0.0) for r in rows),
-                "intermediates": dict(sorted(inside.items(), key=lambda kv: _dtype_rank(kv[0]))),
-                "cpu_intermediates": dict(sorted(cpu_inside.items())),
+                "intermediates": inside,
+                "cpu_intermediates": cpu_inside,
                 "terms": sorted({r.get("terms", "") for r in rows}),
                 "witness": {k: largest.get(k) for k in ("dtype", "edge", "sample", "detail")}
                 | {"tensors": (largest.get("described") or {}).get("tensors", [])},
             }
         )
     return found
+
+
+def _kept_in(rows: list[dict[str, Any]], field: str) -> dict[str, str]:
+    """Per dtype, the dtypes the samples kept their intermediates in ("float16, float32" where
+    samples differ: poisson_nll_loss's CPU, float32 for some sums, float16 for others)."""
+    seen: dict[str, set[str]] = {}
+    for r in rows:
+        seen.setdefault(r["dtype"], set()).add(r.get(field, ""))
+    order = sorted(seen, key=_dtype_rank)
+    return {d: ", ".join(sorted(seen[d], key=_dtype_rank)) for d in order}
 
 
 def write_repros(
