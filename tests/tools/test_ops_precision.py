@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from reprokit.comparison.tensors import compare_tensor
+from reprokit.records.ops import OPS as OPS_JSON
 from reprokit.records.ops import read_ops
+from reprokit.reports.ops import REPORT, markdown
 from reprokit.tools.ops import precision
 
 F16, BF16 = torch.float16, torch.bfloat16
@@ -233,7 +235,7 @@ def test_a_cause_shared_by_losses_is_named_at_mean(swept):
     sweep = read_ops(folder)
     (loss,) = [g for g in sweep.groups if g.op == "nn.functional.poisson_nll_loss"]
     assert (loss.kind, loss.cause, loss.dtypes) == ("nan-inf", "mean", ("float16",))
-    report = (folder / "report.md").read_text()
+    report = (folder / REPORT).read_text()
     assert "## Causes shared by several ops" in report and "- `mean`:" in report
     assert "## Precision (a half type's rounding, not bugs)" in report
     section = report.split("## Precision", 1)[1].split("\n## ", 1)[0]
@@ -243,13 +245,11 @@ def test_a_cause_shared_by_losses_is_named_at_mean(swept):
 def test_the_report_renders_an_older_ops_json_without_precision(tmp_path, swept):
     """ops.json from before the precision field: no section, no error."""
     folder, _ = swept
-    data = json.loads((folder / "ops.json").read_text())
+    data = json.loads((folder / OPS_JSON).read_text())
     data.pop("precision")
     for g in data["groups"]:
         g.pop("cause")
-    (tmp_path / "ops.json").write_text(json.dumps(data))
-    from reprokit.reports.ops import markdown
-
+    (tmp_path / OPS_JSON).write_text(json.dumps(data))
     text = markdown(read_ops(tmp_path))
     assert "## Precision" not in text and "## Causes shared" not in text
     assert textwrap.dedent(text).startswith("# reprokit ops:")
