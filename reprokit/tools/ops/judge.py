@@ -156,8 +156,9 @@ def judge(
     inplace: bool = False,
 ) -> dict[str, Any]:
     """The verdict on one sample: ``match``, ``differs`` (with its kind), ``skip`` (with its
-    reason), ``platform`` (subnormal flushing) or ``cpu_wrong`` (the backend agrees with
-    float64, CPU does not: torch's kernel)."""
+    reason), ``platform`` (subnormal flushing), ``precision`` (a half type's rounding:
+    precision.py) or ``cpu_wrong`` (the backend agrees with float64, CPU does not: torch's
+    kernel)."""
     begun = time.monotonic()
     try:
         found = _judge(op, sample, dtype, device, grad=grad, fallbacks=fallbacks, inplace=inplace)
