@@ -33,7 +33,7 @@ from reprokit.generate.render import render
 from reprokit.generate.variants import variants
 from reprokit.records.folder import SCRIPT
 from reprokit.tools.capture import capture
-from reprokit.tools.zoo import capture_named, parse, parse_shape
+from reprokit.tools.capture.zoo import capture_named, parse, parse_shape
 
 STAGES = ("ref_fp64", "cpu", "xla")
 

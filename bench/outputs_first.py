@@ -46,7 +46,7 @@ def captured(folder: Path) -> dict[str, tuple[Path, list[str]]]:
     from capture import encoder  # bench/capture.py's 6-layer encoder
 
     from reprokit.tools.capture import capture
-    from reprokit.tools.zoo import capture_named, parse
+    from reprokit.tools.capture.zoo import capture_named, parse
 
     swin = capture_named(parse("torchvision:swin_t"), out_dir=folder / "swin")
     mobilenet = capture_named(parse("torchvision:mobilenet_v3_small"), out_dir=folder / "mnet")

@@ -110,11 +110,11 @@ def capture(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = 
     """Your own model: ``torch.export`` it into ``OUT_DIR/NAME.pt2`` and write the case that
     runs it, ``OUT_DIR/NAME.toml``; returns the case's path (reprokit.tools.capture).
     ``train=True``: its forward returns the loss first, and the program is the training step,
-    forward and backward (reprokit.tools.train)."""
+    forward and backward (reprokit.tools.capture.train)."""
     from reprokit.tools.capture import capture as capture_program  # torch: only here
 
     if train:
-        from reprokit.tools.train import capture_training as capture_program
+        from reprokit.tools.capture.train import capture_training as capture_program
     return capture_program(module, args, kwargs, name=name, out_dir=out_dir,
                            state_dict=state_dict, random_inputs=random_inputs)  # fmt: skip
 

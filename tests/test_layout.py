@@ -356,6 +356,12 @@ def test_the_folder_check_finds_a_hand_spelled_path():
 
 
 RUNNER = PACKAGE / "runner"
+# What starts a child process: subprocess, a fork, a multiprocessing or concurrent.futures
+# process pool, a Ray task or actor.
+STARTS = re.compile(
+    r"subprocess\.(run|Popen|call|check_call|check_output)\(|os\.(fork|posix_spawn)\(|"
+    r"\bmultiprocessing\b|ProcessPoolExecutor|\.remote\("
+)
 
 
 def test_the_runner_plans_above_and_starts_processes_below():
@@ -365,13 +371,9 @@ def test_the_runner_plans_above_and_starts_processes_below():
     starters = {
         path.relative_to(PACKAGE).as_posix()
         for path in PACKAGE.rglob("*.py")
-        if re.search(r"subprocess\.(run|Popen|call|check_call|check_output)\(|os\.fork\(",
-                     path.read_text("utf-8"))
+        if STARTS.search(path.read_text("utf-8"))
     }  # fmt: skip
-    probes = {
-        "infra/probe.py",  # short questions: is CUDA there, the machine's torch_xla, uv
-        "tools/capture.py",  # a captured program loaded back in a fresh interpreter
-    }
+    probes = {"infra/probe.py"}  # short questions: is CUDA there, the machine's torch_xla, uv
     assert {s for s in starters if not s.startswith("runner/processes/")} == probes
     executors = re.compile(r"\b(LocalExecutor|run_process)\b")
     borrowed = [path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")

@@ -14,7 +14,7 @@ from reprokit.cli.app import (
 from reprokit.errors import ReprokitError
 from reprokit.generate.variants import parse_sets
 
-# The named-model form of capture and the sweep's: reprokit.tools.zoo.
+# The named-model form of capture and the sweep's: reprokit.tools.capture.zoo.
 ConfigOpt = Annotated[
     list[str] | None,
     typer.Option("--config", help="a named model's configuration: KEY=VALUE (repeatable)"),
@@ -66,7 +66,7 @@ def capture_(
 
 
 def _is_named(spec: str) -> bool:
-    from reprokit.tools.zoo import is_named
+    from reprokit.tools.capture.zoo import is_named
 
     return is_named(spec)
 
@@ -75,7 +75,7 @@ def _capture_named(
     spec: str, name: str | None, output: Path, state_dict: Path | None, config: list[str],
     shape: str | None, train: bool,
 ) -> Path:  # fmt: skip
-    from reprokit.tools import zoo
+    from reprokit.tools.capture import zoo
 
     if train:
         raise ReprokitError(
@@ -89,9 +89,9 @@ def _capture_named(
 
 def _capture_command(train: bool) -> Any:
     """The capture tool's command: the forward program's, or with --train the training
-    step's (reprokit.tools.train). torch is imported only for this command."""
+    step's (reprokit.tools.capture.train). torch is imported only for this command."""
     if train:
-        from reprokit.tools.train import command as capture_training
+        from reprokit.tools.capture.train import command as capture_training
 
         return capture_training
     from reprokit.tools.capture import command

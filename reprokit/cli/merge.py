@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 import reprokit
-from reprokit.cli import progress
 from reprokit.cli.app import (
     CasesOpt,
     TemplatesOpt,
@@ -18,6 +17,7 @@ from reprokit.cli.app import (
     passed,
     reports_errors,
 )
+from reprokit.cli.progress import closing_line
 
 
 @reports_errors
@@ -33,5 +33,5 @@ def merge_(
     start = time.monotonic()
     summary = reprokit.merge(runs, out_dir=output, cases=cases or [], templates=templates or [],
                              argv=sys.argv)  # fmt: skip
-    out.print(progress.closing_line(summary, output, time.monotonic() - start), highlight=False)
+    out.print(closing_line(summary, output, time.monotonic() - start), highlight=False)
     raise typer.Exit(passed(summary))

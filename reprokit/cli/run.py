@@ -10,7 +10,6 @@ import typer
 from rich.markup import escape
 
 import reprokit
-from reprokit.cli import progress
 from reprokit.cli.app import (
     CasesOpt,
     JobsOpt,
@@ -22,6 +21,7 @@ from reprokit.cli.app import (
     reports_errors,
     with_run_options,
 )
+from reprokit.cli.progress import closing_line, reporter
 from reprokit.errors import ExitCode, ReprokitError
 from reprokit.generate.variants import parse_sets
 from reprokit.records import RunSummary
@@ -63,19 +63,19 @@ def run_(
     run_dir = output or default_run_dir()
     start = time.monotonic()
     try:
-        with progress.reporter(out, len(chosen)) as shown:
+        with reporter(out, len(chosen)) as shown:
             summary = reprokit.run(
                 chosen, run_dir=run_dir, options=options, reporter=shown, argv=sys.argv,
                 announce=lambda line: err.print(line, highlight=False),  # an environment built
             )  # fmt: skip
         signals.ignore()  # summary.json is whole and the exit code decided
     except reprokit.Interrupted as stopped:  # the first signal left the others ignored
-        line = progress.closing_line(stopped.summary, run_dir, time.monotonic() - start)
+        line = closing_line(stopped.summary, run_dir, time.monotonic() - start)
         out.print(line, highlight=False)
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     for line in triage_lines(summary):
         out.print(line, highlight=False)
-    out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
+    out.print(closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
     raise typer.Exit(passed(summary))
 
 

@@ -12,7 +12,6 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 import reprokit
-from reprokit.cli import progress
 from reprokit.cli.app import (
     JobsOpt,
     RunDirOpt,
@@ -23,6 +22,7 @@ from reprokit.cli.app import (
     reports_errors,
     with_run_options,
 )
+from reprokit.cli.progress import closing_line, reporter
 from reprokit.errors import ExitCode
 from reprokit.generate.variants import parse_sets
 from reprokit.reports import build_report
@@ -69,19 +69,19 @@ def sweep_(
         found = reprokit.sweep(
             models, run_dir=run_dir, dtypes=[d for d in (dtypes or "").split(",") if d] or None,
             options=options, sets=parse_sets(set_ or []), envs=environments(run_options),
-            minimize=minimize, budget=budget, watch=lambda total: progress.reporter(out, total),
+            minimize=minimize, budget=budget, watch=lambda total: reporter(out, total),
             argv=sys.argv, announce=lambda line: err.print(escape(line), highlight=False),
         )  # fmt: skip
         signals.ignore()
     except reprokit.Interrupted as stopped:
-        line = progress.closing_line(stopped.summary, run_dir, time.monotonic() - start)
+        line = closing_line(stopped.summary, run_dir, time.monotonic() - start)
         out.print(line, highlight=False)
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     summary, written = reprokit.report(run_dir)
     wide = out if out.is_terminal else Console(width=200)  # a log is not wrapped: rows whole
     for shown in build_report(summary, run_dir).sweep:
         wide.print(_rich(shown))
-    out.print(progress.closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
+    out.print(closing_line(summary, run_dir, time.monotonic() - start), highlight=False)
     out.print(f"report: {escape(str(written[0]))}; each model's: {escape(str(run_dir))}/models/")
     refused = any(m.refused for m in found.sweep.models)
     raise typer.Exit(ExitCode.FAILED if refused else passed(summary))

@@ -8,7 +8,6 @@ import typer
 from rich.markup import escape
 
 import reprokit
-from reprokit.cli import progress
 from reprokit.cli.app import (
     RunDirOpt,
     XlaDeviceOpt,
@@ -16,6 +15,7 @@ from reprokit.cli.app import (
     reports_errors,
     run_option,
 )
+from reprokit.cli.progress import variant_line
 from reprokit.run_flags import build_options
 from reprokit.runner.options import TIMEOUT, default_run_dir
 
@@ -43,6 +43,6 @@ def wrap_(
     run_dir = output or default_run_dir()
     summary = reprokit.wrap(command, run_dir=run_dir, options=build_options(given))
     (variant,) = summary.variants
-    out.print(progress.variant_line(variant), highlight=False)
+    out.print(variant_line(variant), highlight=False)
     out.print(f"run folder: {escape(str(run_dir))}; next: reprokit report {escape(str(run_dir))}")
     raise typer.Exit(exit_code(summary))

@@ -1,6 +1,6 @@
 """``reprokit sweep``: models x dtypes x the matrix, captured and run into one run folder.
 
-Each named model (reprokit.tools.zoo) is captured into RUN_DIR/captured/NAME.toml (a model
+Each named model (reprokit.tools.capture.zoo) is captured into RUN_DIR/captured/NAME.toml (a model
 that cannot be captured is recorded with its refusal and the sweep goes on); the cases' variants
 in each dtype (``--set dtype=...``, so labels read ``resnet18[dtype=bfloat16]``) and each
 environment run together through the one runner (``-n``, warm start, the results cache and
@@ -35,7 +35,7 @@ from reprokit.reports.sweep import divergence
 from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import run_command
 from reprokit.runner.scheduler import Reporter, run
-from reprokit.tools import zoo
+from reprokit.tools.capture import zoo
 
 CAPTURED = "captured"  # RUN_DIR/captured/NAME.toml and NAME.pt2
 FINDINGS = "findings"  # RUN_DIR/findings/N-OP/: one witness of each divergence, minimized

@@ -27,8 +27,8 @@ from reprokit.generate.cases import load_case
 from reprokit.generate.render import render
 from reprokit.generate.variants import variants
 from reprokit.tools.capture import command, load_factory
-from reprokit.tools.export import export
-from reprokit.tools.program_file import check_program
+from reprokit.tools.capture.export import export
+from reprokit.tools.capture.program_file import check_program
 
 MODELS = Path(__file__).parents[1] / "data" / "capture" / "models.py"
 

@@ -20,7 +20,7 @@ import reprokit
 from reprokit.errors import ReprokitError
 from reprokit.generate.cases import load_case
 from reprokit.generate.variants import variants
-from reprokit.tools.train import command
+from reprokit.tools.capture.train import command
 
 MODELS = Path(__file__).parents[1] / "data" / "train" / "models.py"
 

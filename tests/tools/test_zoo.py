@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.errors import ReprokitError
-from reprokit.tools import zoo
+from reprokit.tools.capture import zoo
 
 ROOT = Path(__file__).parents[2]
 

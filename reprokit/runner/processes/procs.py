@@ -19,6 +19,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -115,6 +116,34 @@ def run_process(
     return supervise(
         child, (proc.stdout, proc.stderr), stdout, stderr, start, timeout, stop, log_cap, grace
     )
+
+
+@contextlib.contextmanager
+def started_early(cmd: list[str]) -> Iterator[Callable[[str, float], tuple[int, str]]]:
+    """A child started at once and given its one line of input later, so that its slow start
+    (an import of torch) overlaps this process's own work: ``answer(line, timeout)`` sends the
+    line and waits for the child's end, giving its exit code and stderr. It leads its own
+    process group, killed when the block ends unanswered (the block failed first) or late."""
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=signals.heard_in_child(),
+    )
+
+    def answer(line: str, timeout: float) -> tuple[int, str]:
+        _, stderr = proc.communicate(f"{line}\n", timeout=timeout)
+        return proc.returncode, stderr
+
+    try:
+        yield answer
+    finally:
+        if proc.returncode is None:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.communicate()
 
 
 class Child(Protocol):

@@ -3,7 +3,7 @@
 A minimized joint graph is often one backward operation (``elu_backward``), and calling it by
 hand is not how a user meets the bug: autograd picks that kernel, with arguments of its own.
 :func:`of` finds, for a subgraph of backward operations only, the forward operations they
-differentiate (the mark :mod:`reprokit.tools.train` leaves on every operation), the values
+differentiate (the mark :mod:`reprokit.tools.capture.train` leaves on every operation), the values
 those read (the leaves, made to require grad) and, for each forward result, the recorded value
 a backward operation takes as its incoming gradient (a backward value of the result's shape).
 The short repro then runs the forward operations and ``torch.autograd.grad`` with those

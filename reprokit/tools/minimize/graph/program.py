@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from reprokit.errors import ReprokitError
 from reprokit.tools.capture import INPUTS
-from reprokit.tools.program_file import check_program
+from reprokit.tools.capture.program_file import check_program
 
 if TYPE_CHECKING:
     import torch

@@ -118,7 +118,7 @@ def capture_named(
     state_dict: Path | str | None = None,
 ) -> Path:  # fmt: skip
     """``reprokit capture ZOO:NAME``: built, then captured as any model is; the case's path."""
-    from reprokit.tools.capture import capture
+    from reprokit.tools.capture.forward import capture
 
     module, args, kwargs = build(named)
     return capture(module, args, kwargs, name=name or named.case_name, out_dir=out_dir,

@@ -231,7 +231,7 @@ def _refuse_value_dependent_shapes(name: str, program: Any) -> None:
 def _warn_if_random(program: Any) -> None:
     """A program that draws random numbers cannot agree across backends: say so now."""
 
-    drawn = sorted({str(n.target) for n in program.graph.nodes if _draws(n)})
+    drawn = sorted({str(n.target) for n in program.graph.nodes if draws(n)})
     if drawn:
         warnings.warn(
             f"the program draws random numbers ({', '.join(drawn)}): each backend draws its "
@@ -241,7 +241,7 @@ def _warn_if_random(program: Any) -> None:
         )
 
 
-def _draws(node: Any) -> bool:
+def draws(node: Any) -> bool:
     """A random operation that does draw: not a dropout with p=0 or outside training."""
     import torch
 

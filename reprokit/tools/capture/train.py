@@ -17,10 +17,11 @@ same name and target, and marks each operation (``node.meta["custom"]["reprokit"
 torch.export saves as JSON): its pass (``fwd`` or ``bwd``), its index among the operations,
 and for a backward one the index of the forward operation it comes from.
 
-The archive is written with ``torch.export.save`` (a joint program round-trips) and checked as
-:mod:`reprokit.tools.program_file` checks every capture: plain data, no pickles. Refused, in one
-line: tied weights, parameters the loss does not use, in-place updates of the inputs, random
-operations (dropout), a loss that is not a scalar.
+The archive is written by the one writer, :mod:`reprokit.tools.capture.writer` (a joint
+program round-trips ``torch.export.save``), checked as every capture is: plain data, no
+pickles, loaded back in a fresh interpreter. Refused, in one line: tied weights, parameters
+the loss does not use, in-place updates of the inputs, random operations (dropout), a loss
+that is not a scalar.
 """
 
 from __future__ import annotations
@@ -34,17 +35,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.errors import ReprokitError
-from reprokit.tools.capture import (
-    _NAME,
+from reprokit.tools.capture.export import draws, export
+from reprokit.tools.capture.factory import command as capture_command
+from reprokit.tools.capture.writer import (
     INPUTS,
     SEED,
-    _inputs_record,
-    _staged,
+    check_name,
+    fresh_interpreter,
+    inputs_record,
     load_state_dict,
+    write_program,
 )
-from reprokit.tools.capture import command as capture_command
-from reprokit.tools.export import _draws, export
-from reprokit.tools.program_file import check_program
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -67,31 +68,22 @@ def capture_training(
     """Export ``module``'s training step as one joint program; write NAME.pt2 and NAME.toml.
 
     Returns the case file's path; nothing is left half-written (as ``capture``)."""
-    import torch
-
-    if not _NAME.fullmatch(name):
-        raise ReprokitError(f"{name!r} cannot name a case", hint="Use letters, digits, _ . -")
+    check_name(name)
     if state_dict is not None:
         load_state_dict(module, Path(state_dict))
     _refuse_tied(module)
-    with warnings.catch_warnings():  # random operations are refused below, not warned of
-        warnings.simplefilter("ignore")
-        program = export(module, tuple(args), dict(kwargs or {}))
-    inputs = _inputs_record(program, args, kwargs or {}, random_inputs)
-    _refuse_in_place_inputs(program, type(module).__name__)
-    program = loss_only(program, type(module).__name__)
-    _refuse_untrainable(program, module)
-    joint = joint_program(program, type(module).__name__)
-    joint.example_inputs = None  # else torch.export.load would unpickle them
-    extra = {INPUTS: json.dumps(inputs)}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with _staged(out / f"{name}.toml") as case, _staged(out / f"{name}.pt2") as pt2:
-        torch.export.save(joint, pt2, extra_files=extra)
-        check_program(pt2)
-        _loads_back(pt2)
-        case.write_text(_case_text(module, name, random_inputs), encoding="utf-8")
-    return out / f"{name}.toml"
+    with fresh_interpreter() as loads_back:  # it imports torch while the module is exported
+        with warnings.catch_warnings():  # random operations are refused below, not warned of
+            warnings.simplefilter("ignore")
+            program = export(module, tuple(args), dict(kwargs or {}))
+        inputs = inputs_record(program, args, kwargs or {}, random_inputs)
+        _refuse_in_place_inputs(program, type(module).__name__)
+        program = loss_only(program, type(module).__name__)
+        _refuse_untrainable(program, module)
+        joint = joint_program(program, type(module).__name__)
+        return write_program(joint, {INPUTS: json.dumps(inputs)}, loads_back,
+                             _case_text(module, name, random_inputs),
+                             Path(out_dir) / f"{name}.toml")  # fmt: skip
 
 
 def _refuse_tied(module: Any) -> None:
@@ -187,7 +179,7 @@ def _refuse_untrainable(program: Any, module: Any) -> None:
             f"{', '.join(unused[:5])}: it would get no gradient",
             hint="Freeze it for the capture (p.requires_grad_(False)), or remove it.",
         )
-    drawn = sorted({str(n.target) for n in program.graph.nodes if _draws(n)})
+    drawn = sorted({str(n.target) for n in program.graph.nodes if draws(n)})
     if drawn:
         raise ReprokitError(
             f"{kind}'s training step draws random numbers ({', '.join(drawn)}): each backend "
@@ -306,22 +298,6 @@ def _user_trace(node: Any) -> str | None:
     the tangent autograd starts from, a view aot_autograd adds)."""
     trace = node.meta.get("stack_trace") or ""
     return trace if re.search(r'File "(?!<eval_with_key>)', trace) else None
-
-
-def _loads_back(path: Path) -> None:
-    """The joint program must load as the script loads it (custom ops may not)."""
-    import torch
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.export.load(path)
-    except Exception as exc:  # what deserialising a program raises is not documented
-        raise ReprokitError(
-            f"the joint program does not load back: {type(exc).__name__}: {exc}",
-            hint="A custom operator must be registered in the process that loads the program; "
-            "capture a part of the model without it.",
-        ) from None
 
 
 def _case_text(module: Any, name: str, random_inputs: bool) -> str:
