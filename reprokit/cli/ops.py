@@ -22,6 +22,19 @@ from reprokit.runner.options import default_run_dir, jobs
 from reprokit.tools.ops import ALL_DTYPES, DTYPES, Interrupted, Progress, sweep_ops
 
 EVERY = 5.0  # seconds between progress lines
+DEFAULT_DTYPES = ",".join(DTYPES)
+NamesOpt = Annotated[
+    list[str] | None, typer.Argument(help="OpInfo names: mean nn.functional.softplus")
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="every OpInfo (with --edge's samples)")]
+DtypesOpt = Annotated[str, typer.Option("--dtypes", help=f"of {','.join(ALL_DTYPES)}")]
+BackendsOpt = Annotated[str, typer.Option("--backends", help="xla (torchax: see docs/ops.md)")]
+InplaceOpt = Annotated[
+    bool, typer.Option("--inplace", help="each op's in-place variant too (x.abs_())")
+]
+ColdOpt = Annotated[
+    bool, typer.Option("--cold", help="workers and repros in fresh interpreters, not forked")
+]
 # run's own declarations (run_flags.py), said for workers rather than stages
 ExecutorOpt = run_option("executor", help="where workers run: local, or ray (a Ray cluster)")
 RayAddressOpt = run_option("ray_address")
@@ -34,30 +47,18 @@ ReleasesOpt = Annotated[
 
 @reports_errors
 def ops_(
-    names: Annotated[
-        list[str] | None, typer.Argument(help="OpInfo names: mean nn.functional.softplus")
-    ] = None,
-    every: Annotated[
-        bool, typer.Option("--all", help="every OpInfo (with --edge's samples)")
-    ] = False,
-    dtypes: Annotated[str, typer.Option("--dtypes", help=f"of {','.join(ALL_DTYPES)}")] = ",".join(
-        DTYPES
-    ),
+    names: NamesOpt = None,
+    every: AllOpt = False,
+    dtypes: DtypesOpt = DEFAULT_DTYPES,
     grad: Annotated[bool, typer.Option("--grad", help="the gradients too")] = False,
-    backends: Annotated[
-        str, typer.Option("--backends", help="xla (torchax: see docs/ops.md)")
-    ] = "xla",
+    backends: BackendsOpt = "xla",
     edge: Annotated[bool, typer.Option("--edge", help="edge values too (docs/ops.md)")] = False,
-    inplace: Annotated[
-        bool, typer.Option("--inplace", help="each op's in-place variant too (x.abs_())")
-    ] = False,
+    inplace: InplaceOpt = False,
     n: Annotated[str, typer.Option("-n", help="workers at once: N or auto")] = "1",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="the folder")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds a sample may take")] = 30.0,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="judge every sample anew")] = False,
-    cold: Annotated[
-        bool, typer.Option("--cold", help="workers and repros in fresh interpreters, not forked")
-    ] = False,
+    cold: ColdOpt = False,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
     env: EnvOpt = None,

@@ -46,7 +46,7 @@ class ReleaseSweep:
 
 
 @dataclass(frozen=True)
-class Cell:
+class ReleaseCell:
     """One op on one release: its state and its groups there (id, kind, pass, dtypes, repro
     relative to DIR)."""
 
@@ -63,7 +63,7 @@ class Cell:
         return {"state": self.state, "groups": list(self.groups)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Cell:
+    def from_json(cls, data: Mapping[str, Any]) -> ReleaseCell:
         return cls(data["state"], tuple(data.get("groups", ())))
 
 
@@ -73,7 +73,7 @@ class OpRow:
 
     op: str
     variant: str
-    cells: dict[str, Cell]  # release name -> cell
+    cells: dict[str, ReleaseCell]  # release name -> cell
 
     @property
     def name(self) -> str:
@@ -91,7 +91,7 @@ class OpRow:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> OpRow:
-        cells = {name: Cell.from_json(c) for name, c in data["cells"].items()}
+        cells = {name: ReleaseCell.from_json(c) for name, c in data["cells"].items()}
         return cls(data["op"], data["variant"], cells)
 
 

@@ -17,9 +17,9 @@ from reprokit.records.ops_releases import (
     HTML,
     MARKDOWN,
     NOT_SWEPT,
-    Cell,
     OpRow,
     OpsReleases,
+    ReleaseCell,
     read_ops_releases,
 )
 
@@ -98,7 +98,7 @@ def markdown(table: OpsReleases) -> str:
         lines += ["| op | " + " | ".join(names) + " | changed |"]
         lines += ["| --- " * (len(names) + 2) + "|"]
         for row in rows:
-            cells = [_md_cell(row.cells.get(n, Cell(NOT_SWEPT)), n) for n in names]
+            cells = [_md_cell(row.cells.get(n, ReleaseCell(NOT_SWEPT)), n) for n in names]
             lines.append(f"| `{row.name}` | " + " | ".join(cells) + f" | {since(row, names)} |")
         lines.append("")
     agree = sum(1 for r in table.rows if all(c.state != DIFFERS for c in r.cells.values()))
@@ -106,7 +106,7 @@ def markdown(table: OpsReleases) -> str:
     return "\n".join(lines)
 
 
-def _md_cell(cell: Cell, name: str) -> str:
+def _md_cell(cell: ReleaseCell, name: str) -> str:
     if cell.state != DIFFERS:
         return cell.state
     return "<br>".join(
@@ -123,7 +123,7 @@ def html(table: OpsReleases) -> str:
     head = "".join(f"<th><a href='{escape(n)}/{MARKDOWN}'>{escape(n)}</a></th>" for n in names)
     body = []
     for row in shown(table):
-        cells = "".join(_html_cell(row.cells.get(n, Cell(NOT_SWEPT)), n) for n in names)
+        cells = "".join(_html_cell(row.cells.get(n, ReleaseCell(NOT_SWEPT)), n) for n in names)
         body.append(
             f"<tr><th><code>{escape(row.name)}</code></th>{cells}"
             f"<td>{escape(since(row, names))}</td></tr>"
@@ -140,7 +140,7 @@ def html(table: OpsReleases) -> str:
     )
 
 
-def _html_cell(cell: Cell, name: str) -> str:
+def _html_cell(cell: ReleaseCell, name: str) -> str:
     colour = COLOURS[cell.state]
     if cell.state != DIFFERS:
         return f"<td style='background:{colour}'>{escape(cell.state)}</td>"

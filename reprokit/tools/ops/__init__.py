@@ -114,17 +114,16 @@ def sweep_ops(
     report.md and a repro per group (``inplace``: each op's in-place variant too, where it has
     one, on the same samples). Raises :class:`Interrupted` (with what finished) on
     KeyboardInterrupt, ReprokitError on bad input."""
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown:
-        raise ReprokitError(f"backend {unknown[0]!r} is not swept", hint=_TORCHAX)
+    _swept_backends(backends)
+    options = options or Options()
     asked = _Asked(
         Path(out_dir),
         tuple(dtypes),
         tuple(backends),
         grad,
         edge,
-        options or Options(),
-        _versions((options or Options()).python),
+        options,
+        _versions(options.python),
         list(argv or []),
         time.monotonic(),
         announce,
@@ -139,37 +138,11 @@ def sweep_ops(
     try:
         listing = _listing(pool, names, asked, cache=cache)
         tasks = _tasks(listing, asked)
-        store, code = Store("ops"), _code_digest()
-        records: list[dict[str, Any]] = []
-        pending = []
-        for task in tasks:
-            hit = store.get_json(_key(task, asked.versions, code)) if cache else None
-            if hit is None:
-                pending.append(task)
-            else:
-                records += _stamped(task, hit)
+        records: list[dict[str, Any]] = []  # filled as tasks end: an interrupt keeps them
+        pending = _from_cache(tasks, asked, records)
         cached = len(tasks) - len(pending)
-        counted = [cached]
-
-        def finished(task: Task, found: list[dict[str, Any]]) -> None:
-            store.put_json(_key(task, asked.versions, code), found)
-            records.extend(_stamped(task, found))
-            counted[0] += 1
-            if progress:
-                seconds = time.monotonic() - asked.begun
-                progress(Progress(counted[0], len(tasks), len(records), seconds))
-
-        if progress:
-            progress(Progress(cached, len(tasks), len(records), time.monotonic() - asked.begun))
-
-        def tick() -> None:
-            if progress:
-                seconds = time.monotonic() - asked.begun
-                samples = len(records) + pool.in_flight()
-                progress(Progress(counted[0], len(tasks), samples, seconds))
-
         try:
-            pool.run(pending, finished, tick)
+            _judge(pool, pending, len(tasks), asked, records, progress)
             asked.swept.append(time.monotonic())
         except KeyboardInterrupt:
             stop.set()
@@ -180,6 +153,55 @@ def sweep_ops(
     finally:
         pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _from_cache(tasks: list[Task], asked: _Asked, records: list[dict[str, Any]]) -> list[Task]:
+    """The tasks the results cache does not hold (all without ``asked.cache``); the records
+    of those it holds added to ``records``."""
+    store, code = Store("ops"), _code_digest()
+    pending = []
+    for task in tasks:
+        hit = store.get_json(_key(task, asked.versions, code)) if asked.cache else None
+        if hit is None:
+            pending.append(task)
+        else:
+            records += _stamped(task, hit)
+    return pending
+
+
+def _judge(
+    pool: Pool,
+    pending: list[Task],
+    total: int,
+    asked: _Asked,
+    records: list[dict[str, Any]],
+    progress: Callable[[Progress], None] | None,
+) -> None:
+    """``pending`` judged by ``pool``'s workers, each task's records stored in the results
+    cache and added to ``records`` as it ends; progress said as tasks end and every few
+    seconds."""
+    store, code = Store("ops"), _code_digest()
+    counted = [total - len(pending)]
+
+    def said(samples: int) -> None:
+        if progress:
+            seconds = time.monotonic() - asked.begun
+            progress(Progress(counted[0], total, samples, seconds))
+
+    def finished(task: Task, found: list[dict[str, Any]]) -> None:
+        store.put_json(_key(task, asked.versions, code), found)
+        records.extend(_stamped(task, found))
+        counted[0] += 1
+        said(len(records))
+
+    said(len(records))
+    pool.run(pending, finished, lambda: said(len(records) + pool.in_flight()))
+
+
+def _swept_backends(backends: tuple[str, ...]) -> None:
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise ReprokitError(f"backend {unknown[0]!r} is not swept", hint=_TORCHAX)
 
 
 _TORCHAX = (

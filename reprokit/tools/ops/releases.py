@@ -27,9 +27,9 @@ from reprokit.records.ops_releases import (
     AGREES,
     DIFFERS,
     NOT_SWEPT,
-    Cell,
     OpRow,
     OpsReleases,
+    ReleaseCell,
     ReleaseSweep,
     release_folder,
     write_ops_releases,
@@ -159,7 +159,7 @@ def _release(spec: EnvSpec, swept: OpsSweep) -> ReleaseSweep:
     )
 
 
-def _cell(swept: OpsSweep, op: str, variant: str) -> Cell:
+def _cell(swept: OpsSweep, op: str, variant: str) -> ReleaseCell:
     groups = tuple(
         {
             "id": g.id,
@@ -173,6 +173,6 @@ def _cell(swept: OpsSweep, op: str, variant: str) -> Cell:
         if (g.op, g.variant) == (op, variant)
     )
     if groups:
-        return Cell(DIFFERS, groups)
+        return ReleaseCell(DIFFERS, groups)
     judged = [o for o in swept.ops if (o["op"], o["variant"]) == (op, variant) and o["counts"]]
-    return Cell(AGREES if judged else NOT_SWEPT)
+    return ReleaseCell(AGREES if judged else NOT_SWEPT)
