@@ -19,7 +19,7 @@ from reprokit.records import EnvSpec
 from reprokit.records.ops import OpsSweep
 from reprokit.run_flags import build_options, environments
 from reprokit.runner.options import default_run_dir, jobs
-from reprokit.tools.ops import ALL_DTYPES, DTYPES, Interrupted, Progress, sweep_ops
+from reprokit.tools.ops import ALL_DTYPES, DTYPES, Progress, SweepInterrupted, sweep_ops
 
 EVERY = 5.0  # seconds between progress lines
 DEFAULT_DTYPES = ",".join(DTYPES)
@@ -97,7 +97,7 @@ def ops_(
         raise typer.Exit(_across(list(names or []) if not every else [], envs, folder, how))
     try:
         swept = sweep_ops([] if every else list(names or []), out_dir=folder, **how)
-    except Interrupted as stopped:
+    except SweepInterrupted as stopped:
         out.print(
             f"interrupted: kept what finished in {escape(str(folder))}/ops.json "
             f"({len(stopped.sweep.records):,} samples)",

@@ -52,7 +52,7 @@ SOURCES = [
 WITNESS = "ops-witness"  # the cache's folder of the witnesses' large tensors
 
 
-class Interrupted(Exception):
+class SweepInterrupted(Exception):
     """The sweep was stopped; ``sweep`` holds what finished (also written to the folder)."""
 
     def __init__(self, sweep: OpsSweep) -> None:
@@ -112,7 +112,7 @@ def sweep_ops(
 ) -> OpsSweep:
     """Sweep the OpInfos ``names`` (all of them when empty) into ``out_dir``: ops.json,
     report.md and a repro per group (``inplace``: each op's in-place variant too, where it has
-    one, on the same samples). Raises :class:`Interrupted` (with what finished) on
+    one, on the same samples). Raises :class:`SweepInterrupted` (with what finished) on
     KeyboardInterrupt, ReprokitError on bad input."""
     _swept_backends(backends)
     options = options or Options()
@@ -148,7 +148,7 @@ def sweep_ops(
             stop.set()
             pool.close()
             swept = _finish(asked, listing, records, len(tasks), cached, interrupted=True)
-            raise Interrupted(swept) from None
+            raise SweepInterrupted(swept) from None
         return _finish(asked, listing, records, len(tasks), cached, interrupted=False, pool=pool)
     finally:
         pool.close()
