@@ -78,7 +78,7 @@ def bisect_(
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     for line in describe(found):
         out.print(escape(line), highlight=False)
-    out.print(f"wrote {escape(str(run_dir / 'bisect.json'))}", highlight=False)
+    out.print(f"wrote {escape(str(run_dir / BISECT))}", highlight=False)
     raise typer.Exit(ExitCode.OK if found.changed else ExitCode.FAILED)
 
 

@@ -40,14 +40,14 @@ from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
 from reprokit.infra.offload import Offload, here
 from reprokit.infra.torch_import import import_module
-from reprokit.records import Status, VariantResult
+from reprokit.records import Status, VariantResult, folder
 from reprokit.records.folder import stage_path
 
 if TYPE_CHECKING:
     import torch
 
 AROUND = 2  # recorded operations kept on each side of a first divergence
-TENSORS, SUMMARIES = "tensors.pt", "tensors.json"
+TENSORS, SUMMARIES = folder.TENSORS, folder.REDUCED
 UNCHANGED = "unchanged"  # a cache entry for a file that had nothing to leave out
 REWRITE = "reprokit.comparison.retention:rewrite"  # the offloaded work (torch's part)
 

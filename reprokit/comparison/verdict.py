@@ -21,6 +21,7 @@ from reprokit.environment.machine import versions
 from reprokit.infra.caching import Store, file_digest
 from reprokit.infra.offload import Offload, here
 from reprokit.records import (
+    Comparison,
     Outcome,
     Stage,
     StageResult,
@@ -51,23 +52,8 @@ def verdict(
     where the comparing is done (infra/offload.py)."""
     ordered = tuple(results[stage.name] for stage in stages)
     compared = compare_stages(variant, stages, results, folder, cached=cached, offload=offload)
-    failed = next((r for r in ordered if r.failed), None)
-    judged = trust.judged(stages, compared.comparisons)  # an isolated stage's are only told
-    skipped = next((r for r in ordered if r.status is Status.SKIPPED), None)
-    if failed is not None:
-        outcome, reason = failed.status.outcome, reason or f"{failed.name} {failed.ended()}"
-    elif not ordered:  # nothing ran, so nothing agreed: never a match
-        outcome, reason = Outcome.ERROR, reason or "no stage ran"
-    elif compared.problem is not None:
-        outcome, reason = Outcome.ERROR, compared.problem
-    elif skipped is not None:
-        outcome, reason = Outcome.SKIPPED, f"{skipped.name} {skipped.ended()}"
-    elif bad := [c for c in judged if not c.allclose]:
-        outcome = Outcome.MISMATCH
-        reason = f"{len(bad)} of {len(judged)} tensors outside tolerance"
-    else:
-        outcome, reason = Outcome.MATCH, None
-    assert outcome is not None  # a failed status always names an outcome
+    judged = trust.judged(stages, compared.comparisons)
+    outcome, reason = _outcome(ordered, compared, judged, reason)
     expected, expected_from, observed = variant.case.expected(xla_device)
     result = VariantResult(
         case=variant.case.name,
@@ -95,6 +81,31 @@ def verdict(
         fusion_nodes=trust.narrowed(stages, results, compared.comparisons),
     )
     return replace(result, roots=roots.found(result)) if outcome is Outcome.MISMATCH else result
+
+
+def _outcome(
+    ordered: tuple[StageResult, ...],
+    compared: Compared,
+    judged: list[Comparison],
+    reason: str | None,
+) -> tuple[Outcome, str | None]:
+    """How the variant ended, and why: the first failed stage, else a comparison that could not
+    be made, a skipped stage, the judged comparisons (an isolated stage's are only told)."""
+    failed = next((r for r in ordered if r.failed), None)
+    skipped = next((r for r in ordered if r.status is Status.SKIPPED), None)
+    if failed is not None:
+        outcome = failed.status.outcome
+        assert outcome is not None  # a failed status always names an outcome
+        return outcome, reason or f"{failed.name} {failed.ended()}"
+    if not ordered:  # nothing ran, so nothing agreed: never a match
+        return Outcome.ERROR, reason or "no stage ran"
+    if compared.problem is not None:
+        return Outcome.ERROR, compared.problem
+    if skipped is not None:
+        return Outcome.SKIPPED, f"{skipped.name} {skipped.ended()}"
+    if bad := [c for c in judged if not c.allclose]:
+        return Outcome.MISMATCH, f"{len(bad)} of {len(judged)} tensors outside tolerance"
+    return Outcome.MATCH, None
 
 
 def compare_stages(

@@ -37,8 +37,9 @@ from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store
 from reprokit.infra.probe import ask
 from reprokit.records import EnvSpec
+from reprokit.records.environment import ENV_MARKER
 
-MARKER = "reprokit-env.json"
+MARKER = ENV_MARKER
 BUILDING = ".building"
 # uv settings that change which files get installed, and so belong in the content address.
 INDEX_VARIABLES = (

@@ -9,6 +9,8 @@ from typing import Any
 
 from reprokit.records._json import from_json
 
+ENV_MARKER = "reprokit-env.json"  # an environment folder's record of what it holds, written last
+
 
 @dataclass(frozen=True)
 class EnvSpec:

@@ -37,6 +37,14 @@ HLO = "graphs.hlo"  # every graph torch_xla synced (``--dump-hlo``)
 ISSUES = "issues"  # a variant's root repros; the run's issue files, one per root
 ISSUES_INDEX = "index.json"  # the variant's root repros and what each printed run alone
 REPRO_OUT = "repro.out"  # beside a repro.py run alone: the command, its output, its exit code
+REDUCED = "tensors.json"  # beside tensors.pt: the recorded operations a run left out
+WRAP_METRICS = "metrics.txt"  # `reprokit wrap`'s stage: torch_xla's metrics, at exit
+WRAP_DEVICES = "devices.json"  # and the XLA devices the script saw
+CACHED_RECORD = "record.json"  # a results cache entry's stage record, beside its files
+CHILD_INPUT = "in.json"  # an offloaded work's input, in its working folder
+CHILD_OUTPUT = "out.json"  # and its answer
+WORKER_JOB = "job.json"  # an op worker's batch of tasks, in its working folder
+WORKER_ANSWERS = "out.jsonl"  # and its answers, a JSON line per sample
 LIST_STAGES = "--list-stages"  # the listing's name where a stage's would stand (its logs)
 TAIL = 12  # lines of a failed stage's stderr kept in its record
 
@@ -126,6 +134,12 @@ class RunFolder:
 def stage_path(folder: Path, name: str) -> Path:
     """``folder/stages/<name>``: the folder of stage ``name`` of the variant in ``folder``."""
     return VariantFolder(Path(folder)).stage(name).path
+
+
+def child_logs(folder: Path) -> list[Path]:
+    """The stdout and stderr logs of a child whose working folder is ``folder`` (an offloaded
+    work's, an op worker's), named as a stage's."""
+    return [StageFolder(folder, folder.name).log(stream) for stream in ("stdout", "stderr")]
 
 
 def log_path(folder: Path, stage: str, stream: str = "stderr") -> Path:

@@ -9,6 +9,13 @@ from typing import Any
 
 from reprokit.records._json import from_json
 
+# What `reprokit minimize -o OUT` writes beside OUT/summary.json
+MINIMAL_CASE = "minimal.toml"  # the smallest case that still fails
+MINIMAL_PROGRAM = "minimal.pt2"  # a captured program's smallest graph
+REPRO_STAGES = "repro_stages.py"  # that graph's repro, stage by stage (repro.py is the short one)
+REPRO_STAGES_INPUTS = "repro_stages.inputs.pt"  # its inputs, apart from the short repro's
+SHORT_INPUTS = "inputs.pt"  # the short repro's, only where neither literals nor draws do
+
 
 @dataclass(frozen=True)
 class Change:

@@ -9,6 +9,13 @@ from typing import Any
 
 from reprokit.records.run import RunSummary
 
+# What `reprokit report` writes into a run (or ops) folder
+REPORT_MD = "report.md"  # the issue-ready body
+REPORT_HTML = "report.html"  # the self-contained page with plots
+REPORT_JSON = "report.json"  # the verdict and the summary, as data
+BUNDLE = "bundle.zip"  # what to attach
+LEFT_OUT = "LEFT_OUT.txt"  # in the bundle: what was too large to carry
+
 
 @dataclass(frozen=True)
 class Reports:

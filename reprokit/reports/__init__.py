@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
 from reprokit.records.folder import ISSUES, VariantFolder
+from reprokit.records.report import BUNDLE, REPORT_HTML, REPORT_JSON, REPORT_MD
 from reprokit.reports import ops
 from reprokit.reports.build import build_report, headline, problems
 from reprokit.reports.bundle import public_layout, write_bundle
 from reprokit.reports.hint import minimize_hint
-from reprokit.reports.markdown import BUNDLE, markdown
+from reprokit.reports.markdown import markdown
 from reprokit.reports.model import Issue
 from reprokit.reports.paths import public_paths, user_home
 
@@ -46,18 +48,18 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = build_report(summary, run_dir)
-    public = public_layout(Path(run_dir), user_home())  # as the bundle says them
+    public = _public(Path(run_dir))
     written = []
     if formats in ("md", "all"):
-        written.append(_write(out_dir / "report.md", public_paths(markdown(report), **public)))
+        written.append(_write(out_dir / REPORT_MD, public_paths(markdown(report), **public)))
     if formats in ("html", "all"):
         from reprokit.reports.html import html  # matplotlib: only when asked for
 
-        written.append(_write(out_dir / "report.html", public_paths(html(report), **public)))
+        written.append(_write(out_dir / REPORT_HTML, public_paths(html(report), **public)))
     if formats in ("json", "all"):
         data = {"verdict": report.headline, **summary.to_json()}
         text = public_paths(redact_text(json.dumps(data, indent=2)), **public)
-        written.append(_write(out_dir / "report.json", text))
+        written.append(_write(out_dir / REPORT_JSON, text))
 
     if formats in ("md", "all") and len(report.issues) > 1:  # one issue file per root
         (out_dir / ISSUES).mkdir(exist_ok=True)
@@ -97,19 +99,28 @@ def _model_reports(summary: RunSummary, run_dir: Path, out_dir: Path, formats: s
     from reprokit.reports.sweep import model_summaries
 
     written = []
-    public = public_layout(run_dir, user_home())
+    public = _public(run_dir)
     for folder, part in model_summaries(summary, run_dir):
         report = build_report(part, run_dir, model=True)
         (out_dir / folder).mkdir(parents=True, exist_ok=True)
         if formats in ("md", "all"):
             text = public_paths(markdown(report), **public)
-            written.append(_write(out_dir / folder / "report.md", text))
+            written.append(_write(out_dir / folder / REPORT_MD, text))
         if formats in ("html", "all"):
             from reprokit.reports.html import html
 
             text = public_paths(html(report), **public)
-            written.append(_write(out_dir / folder / "report.html", text))
+            written.append(_write(out_dir / folder / REPORT_HTML, text))
     return written
+
+
+def _public(run_dir: Path) -> dict[str, Any]:
+    """How the reports write paths: inside the run folder relative to it, the rest under ``~``
+    or relative to where the command ran (a rerun command that works as pasted), and the Python
+    environments as ``<venv>``, as the bundle says them."""
+    home = user_home()
+    prefixes = public_layout(run_dir, home)["prefixes"]
+    return {"run_dir": run_dir, "home": home, "cwd": Path.cwd(), "prefixes": prefixes}
 
 
 def _write(path: Path, text: str) -> Path:

@@ -24,13 +24,14 @@ from typing import Any
 
 from reprokit.infra.redact import redact_text
 from reprokit.records.folder import CASE_FILE, RESULT, SCRIPT, SUMMARY
+from reprokit.records.minimize import MINIMAL_CASE
+from reprokit.records.report import LEFT_OUT
 from reprokit.reports.paths import public_paths, user_home
 
 ATTACHMENT_LIMIT = 25 * 1000 * 1000  # GitHub's limit for a file attached to an issue
 _RESERVE = 256 * 1024  # room for the list of left-out files and the zip's directory
 TEXT = {".json", ".log", ".py", ".toml", ".txt", ".md"}
 PROGRAM = ".pt2"  # a zip whose JSON records hold the exporting machine's paths
-LEFT_OUT = "LEFT_OUT.txt"
 
 
 def _members(run_dir: Path, target: Path) -> list[Path]:
@@ -59,7 +60,7 @@ def _minimize_scratch(run_dir: Path, path: Path) -> bool:
     ``programs/``: their .pt2 files): the search's scratch, not what a maintainer needs (the
     minimal case and program, the repros, the summary), its own and those of each other
     root's minimization (``roots/NAME/candidates/``)."""
-    if not (run_dir / "minimal.toml").is_file():
+    if not (run_dir / MINIMAL_CASE).is_file():
         return False
     parts = path.relative_to(run_dir).parts
     at = 2 if parts[0] == "roots" and len(parts) > 2 else 0

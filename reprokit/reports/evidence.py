@@ -11,6 +11,7 @@ from typing import Any
 
 from reprokit.records import Comparison, Outcome, StageResult, Triage, VariantResult
 from reprokit.records.folder import SCRIPT, VariantFolder
+from reprokit.records.minimize import REPRO_STAGES
 from reprokit.reports.bundle import ATTACHMENT_LIMIT
 from reprokit.reports.model import (
     Cell,
@@ -268,7 +269,7 @@ def script(run_dir: Path, variant: VariantResult) -> Script | None:
     if not path.is_file():
         return None
     text = path.read_text(encoding="utf-8", errors="replace")
-    short = (path.parent / "repro_stages.py").is_file()  # as reprokit minimize writes them
+    short = (path.parent / REPRO_STAGES).is_file()  # as reprokit minimize writes them
     return Script(variant.label, text, text.count("\n"), short)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reprokit.infra.redact import redact_text
+from reprokit.records.report import BUNDLE
 from reprokit.reports.model import (
     Comparisons,
     EnvironmentSection,
@@ -24,7 +25,6 @@ from reprokit.reports.model import (
 )
 
 GITHUB_BODY_LIMIT = 65_536
-BUNDLE = "bundle.zip"
 BUG_HEADING = "🐛 Bug"
 MAX_PASTED = 40  # a repro this short is pasted as it is; a longer one is folded
 

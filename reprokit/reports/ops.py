@@ -11,8 +11,9 @@ from pathlib import Path
 from reprokit.records import Reports, RunSummary
 from reprokit.records.ops import OPS, Group, OpsSweep, read_ops
 from reprokit.records.ops_releases import is_ops_releases_folder
+from reprokit.records.report import REPORT_MD
 
-REPORT = "report.md"
+REPORT = REPORT_MD
 GROUP_ROWS = 400  # rows of the groups' table at most (a whole sweep's fit)
 
 

@@ -20,11 +20,12 @@ from typing import Any
 from reprokit.environment.releases import release_env
 from reprokit.generate.variants import load_variants
 from reprokit.records import EnvSpec, RunSummary, write_json
+from reprokit.records.since import BISECT
 from reprokit.reports import write_reports
 from reprokit.runner.options import TIMEOUT, Options
 from reprokit.runner.scheduler import run
 
-RESULT = "bisect.json"
+RESULT = BISECT  # where bisect writes its answer
 
 
 @dataclass

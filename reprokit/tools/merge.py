@@ -35,12 +35,11 @@ from reprokit.records import (
     VariantResult,
     write_summary,
 )
-from reprokit.records.folder import STAGES, RunFolder, VariantFolder, stage_path
+from reprokit.records.folder import REDUCED, STAGES, RunFolder, VariantFolder, stage_path
 from reprokit.reports import load
 from reprokit.runner.processes.stage import StagesUnlisted, stage_dag
 
 SAME_RELEASE = ("torch", "torch_xla")  # runs made with other releases are not merged
-REDUCED = "tensors.json"  # a stage's recorded operations left out (comparison/retention.py)
 
 
 @dataclass(frozen=True)

@@ -21,17 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 from reprokit.records import Whose
 from reprokit.records.folder import SCRIPT
+from reprokit.records.minimize import SHORT_INPUTS
 from reprokit.runner.options import Options
 
 if TYPE_CHECKING:  # minimize.graph's package imports torch: alone.py is imported when run
-    from reprokit.tools.minimize.graph.alone import Ran
+    from reprokit.runner.processes.alone import Ran
 
 LOWERING = "torch_xla lowering"
 UNKNOWN = "unknown"
 PASS = "XLA pass "  # + the pass's name
 ALL_OFF = "--xla_disable_all_hlo_passes=true"
 DUMP = "--xla_dump_to={} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=.*"
-FILES = (SCRIPT, "inputs.pt")  # what a short repro's folder holds that it reads
+FILES = (SCRIPT, SHORT_INPUTS)  # what a short repro's folder holds that it reads
 # module_0000.SyncTensorsGraph.5.0005.simplification.after_algsimp.before_simplify-sorts.txt
 STEP = re.compile(r"^(module_\d+\..+?)\.(\d{4})\.(.+)\.txt$")
 AFTER = re.compile(r"^([^.]+)\.after_([^.]+)\.before_[^.]+$")
@@ -156,7 +157,7 @@ class _Tries:
         if dump:
             shutil.rmtree(self.dump, ignore_errors=True)
             flags = DUMP.format(self.dump)
-        from reprokit.tools.minimize.graph.alone import run_alone
+        from reprokit.runner.processes.alone import run_alone
 
         self.runs += 1
         ran = run_alone(self.write, self.options, self.scratch, extra={"XLA_FLAGS": flags})

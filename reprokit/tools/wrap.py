@@ -28,7 +28,15 @@ from reprokit.environment.machine import describe_machine
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import Outcome, RunSummary, Status, VariantResult, XlaEvidence, write_summary
-from reprokit.records.folder import RunFolder, last_words, log_path, log_tail
+from reprokit.records.folder import (
+    HLO,
+    WRAP_DEVICES,
+    WRAP_METRICS,
+    RunFolder,
+    last_words,
+    log_path,
+    log_tail,
+)
 from reprokit.records.xla import CACHED
 from reprokit.reports.evidence import WRAP_CASE, WRAP_SCRIPT
 from reprokit.runner import backends
@@ -57,7 +65,7 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
     variant_dir = RunFolder(Path(run_dir)).variant(label)
     stage_dir = variant_dir.stage(STAGE).path
     stage_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("metrics.txt", "devices.json"):  # an earlier wrap into the same folder's
+    for stale in (WRAP_METRICS, WRAP_DEVICES):  # an earlier wrap into the same folder's
         (stage_dir / stale).unlink(missing_ok=True)
     env = child_env(stage_dir, options)
     folder = variant_dir.path
@@ -95,13 +103,13 @@ def child_env(stage_dir: Path, options: Options) -> dict[str, str]:
     """The script's environment: an XLA stage's, torch_xla's debug settings, its metrics
     file, and the hook that says at exit what torch_xla saw."""
     env = backends.stage_env("xla", options.xla_device) | DEBUG
-    env["XLA_METRICS_FILE"] = str(stage_dir / "metrics.txt")
-    env[DEVICES] = str(stage_dir / "devices.json")
+    env["XLA_METRICS_FILE"] = str(stage_dir / WRAP_METRICS)
+    env[DEVICES] = str(stage_dir / WRAP_DEVICES)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(HOOK), env.get("PYTHONPATH"))))
     if options.dump_hlo:
         env |= {
             "XLA_SAVE_TENSORS_FMT": "hlo",
-            "XLA_SAVE_TENSORS_FILE": str(stage_dir / "graphs.hlo"),
+            "XLA_SAVE_TENSORS_FILE": str(stage_dir / HLO),
         }
     return env
 
@@ -140,9 +148,9 @@ def read_metrics(path: Path) -> XlaEvidence | None:
 def read_evidence(stage_dir: Path) -> XlaEvidence | None:
     """What torch_xla saw: its metrics, and the devices the hook wrote; None when the script
     never started torch_xla's runtime (neither file is there)."""
-    xla = read_metrics(stage_dir / "metrics.txt")
+    xla = read_metrics(stage_dir / WRAP_METRICS)
     try:
-        seen = json.loads((stage_dir / "devices.json").read_text("utf-8"))
+        seen = json.loads((stage_dir / WRAP_DEVICES).read_text("utf-8"))
         kind, count = str(seen["device_kind"]), int(seen["devices"])
     except (OSError, ValueError, KeyError, TypeError):
         return xla

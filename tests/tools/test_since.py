@@ -23,7 +23,7 @@ from reprokit.records import Outcome, Root, RunSummary, VariantResult, read_summ
 from reprokit.records.issues import RootRepro, read_index, write_index
 from reprokit.records.ops import Group, OpsSweep, read_ops, write_ops
 from reprokit.records.since import CANNOT_TELL, DOES_NOT, SHOWS, Tried
-from reprokit.tools.minimize.graph.alone import Ran
+from reprokit.runner.processes.alone import Ran
 from reprokit.tools.root_repro import _digest
 from reprokit.tools.since import search
 from reprokit.tools.since.tried import _kept, judge

@@ -1,9 +1,12 @@
-"""The short repro run alone, as a maintainer runs it pasted from an issue: in a folder of its
-own, a fresh interpreter (``-I``: no user site, no PYTHONPATH) with only PATH and XLA's
-device set. minimize checks a candidate repro by it, and keeps the written repro's output
-(``repro.out``), which the report shows under the script. It starts as a stage does
-(reprokit.runner.processes.stage.run_command: its own process group, the timeout, TERM then
-KILL, capped logs)."""
+"""A repro run alone, as a maintainer runs it pasted from an issue: in a folder of its own,
+a fresh interpreter (``-I``: no user site, no PYTHONPATH) with only PATH, HOME and XLA's
+device set. The one way every tool runs a repro: minimize checks a candidate by it and keeps
+the written repro's output (``repro.out``, shown under the script in the report), whose runs
+it under XLA's dump flags, ops checks each group's repro, a run's root repros and bisect's
+releases are judged by it. It starts as a stage does (stage.run_command: its own process
+group, the timeout, TERM then KILL, capped logs), or forked from a warm server that imported
+torch and torch_xla in that same environment where the caller gives one (the op sweep's many
+repros: seconds each instead of an interpreter's start)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from reprokit.records import Status
 from reprokit.records.folder import REPRO_OUT, SCRIPT, VariantFolder
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
-from reprokit.runner.processes.stage import run_command
+from reprokit.runner.processes.stage import LocalExecutor, run_command
 
 ALONE = "alone"  # the run's name, where its logs lie
 
@@ -51,20 +54,24 @@ def run_alone(
     folder: Path,
     *,
     extra: Mapping[str, str] | None = None,
+    executor: LocalExecutor | None = None,
 ) -> Ran:
-    """``write`` puts repro.py (and its inputs.pt) into a fresh folder under ``folder``; run
+    """``write`` puts repro.py (and what it reads) into a fresh folder under ``folder``; run
     it there with XLA as the stages get it and nothing else of this environment (but
-    ``extra``: whose.py sets XLA_FLAGS)."""
+    ``extra``: whose.py sets XLA_FLAGS), within ``options.timeout``. ``executor``: a
+    WarmExecutor to fork it from (a forked interpreter has no ``-I`` to take: its server
+    started in the same bare environment)."""
     folder.mkdir(parents=True, exist_ok=True)
     kept = {k: os.environ[k] for k in ("PATH", "HOME", "TMPDIR") if k in os.environ}
     env = stage_env("xla", options.xla_device, base=kept) | dict(extra or {})
+    command = [options.python, SCRIPT] if executor else [options.python, "-I", SCRIPT]
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
         where = Path(scratch) / "repro"  # the repro's folder holds nothing but what it reads
         where.mkdir()
         write(where)
         result = run_command(
-            [options.python, "-I", SCRIPT], folder=Path(scratch), name=ALONE, backend="xla",
-            env=env, options=options, cwd=where,
+            command, folder=Path(scratch), name=ALONE, backend="xla", env=env,
+            options=options, cwd=where, executor=executor,
         )  # fmt: skip
         logs = VariantFolder(Path(scratch)).stage(ALONE)
         stdout, stderr = (_text(logs.log(stream)) for stream in ("stdout", "stderr"))

@@ -36,11 +36,19 @@ from reprokit.environment.variables import steering
 from reprokit.errors import ReprokitWarning
 from reprokit.infra.caching import Store, content_digest, read_json
 from reprokit.records import Stage, StageResult, Status, write_json
-from reprokit.records.folder import CASE_FILE, STAGES, VariantFolder, stage_path
+from reprokit.records.folder import (
+    CACHED_RECORD,
+    CASE_FILE,
+    HLO,
+    RESULT,
+    STAGES,
+    VariantFolder,
+    stage_path,
+)
 from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import Executor, StageJob, capabilities_of
 
-UNSTABLE = {"result.json", "graphs.hlo"}  # timings, addresses: not part of what a stage made
+UNSTABLE = {RESULT, HLO}  # timings, addresses: not part of what a stage made
 LARGEST = 1 << 30  # bytes: a stage folder larger than this is not kept
 
 
@@ -121,7 +129,7 @@ class CachingExecutor:
         entry = self.store.get_folder(key)
         if entry is None:
             return None
-        data = read_json(entry / "record.json")
+        data = read_json(entry / CACHED_RECORD)
         try:
             result = StageResult.from_json(data["result"])
         except (ValueError, KeyError, TypeError, AttributeError):  # none, or another version's
@@ -140,7 +148,7 @@ class CachingExecutor:
 
         def fill(entry: Path) -> None:
             shutil.copytree(source, entry / "stage", symlinks=True)
-            write_json(entry / "record.json", {"result": result.to_json(), "run": run})
+            write_json(entry / CACHED_RECORD, {"result": result.to_json(), "run": run})
 
         self.store.put_folder(key, fill)  # None: another run kept it first, or the disk is full
 

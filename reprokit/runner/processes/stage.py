@@ -280,11 +280,13 @@ def run_command(
     options: Options,
     cwd: Path | None = None,
     stop: threading.Event | None = None,
+    executor: LocalExecutor | None = None,
 ) -> StageResult:
     """``command`` run as stage ``name`` of the variant folder ``folder`` (its logs under
-    ``stages/<name>/``), in ``cwd`` (else ``folder``), fresh: a stage's guarantees."""
+    ``stages/<name>/``), in ``cwd`` (else ``folder``): a stage's guarantees, fresh, or forked
+    by ``executor`` (a WarmExecutor) where one is given."""
     VariantFolder(folder).stage(name).path.mkdir(parents=True, exist_ok=True)
-    executor = LocalExecutor(options)
+    executor = executor or LocalExecutor(options)
     return executor.spawn(command, folder, name, backend, env, stop or threading.Event(), cwd=cwd)
 
 

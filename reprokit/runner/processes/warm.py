@@ -63,7 +63,7 @@ from reprokit.errors import ReprokitWarning
 from reprokit.infra.offload import here
 from reprokit.infra.python_source import parse_python
 from reprokit.records import Status
-from reprokit.records.folder import LIST_STAGES
+from reprokit.records.folder import CHILD_INPUT, CHILD_OUTPUT, LIST_STAGES, child_logs
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
 from reprokit.runner.processes import signals
@@ -142,16 +142,16 @@ class WarmExecutor(LocalExecutor):
             return here(work, data)
         with tempfile.TemporaryDirectory(prefix="reprokit-offload-") as folder:
             cwd = Path(folder)
-            (cwd / "in.json").write_text(json.dumps(data), "utf-8")
-            command = [sys.executable, str(OFFLOADED), work, "in.json", "out.json"]
+            (cwd / CHILD_INPUT).write_text(json.dumps(data), "utf-8")
+            command = [sys.executable, str(OFFLOADED), work, CHILD_INPUT, CHILD_OUTPUT]
             env = stage_env("cpu", self.options.xla_device)
-            logs = [cwd / "stdout.log", cwd / "stderr.log"]
+            logs = child_logs(cwd)
             how = Launch(command, "offload", "cpu", env, cwd, logs, OFFLOAD_TIMEOUT)
             server, _ = self._server_for(how, stop)
             with contextlib.suppress(ServerLost):
                 ended, lost = self._forked(server, how, stop) if server else (None, True)
-                if not lost and ended.status is Status.OK and (cwd / "out.json").is_file():
-                    return json.loads((cwd / "out.json").read_text("utf-8"))
+                if not lost and ended.status is Status.OK and (cwd / CHILD_OUTPUT).is_file():
+                    return json.loads((cwd / CHILD_OUTPUT).read_text("utf-8"))
         return here(work, data)
 
     def _server_for(self, how: Launch, stop: threading.Event) -> tuple[_Server | None, str]:

@@ -15,7 +15,7 @@ import tomli_w
 from reprokit.environment.machine import describe_machine
 from reprokit.generate.variants import Variant
 from reprokit.records import Change, MinimizeResult, RunSummary, VariantResult, write_summary
-from reprokit.records.minimize import GraphShrink
+from reprokit.records.minimize import MINIMAL_CASE, GraphShrink
 from reprokit.tools.minimize.search import Runner
 from reprokit.tools.minimize.target import Target
 
@@ -63,7 +63,7 @@ def write_out(
     summary, folders = kept(found, best, minimal, out_dir)
     for folder in folders:
         write_script(folder)
-    (out_dir / "minimal.toml").write_text(case_toml(minimal, target), encoding="utf-8")
+    (out_dir / MINIMAL_CASE).write_text(case_toml(minimal, target), encoding="utf-8")
     write_summary(summary, out_dir)
 
 

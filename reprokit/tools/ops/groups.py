@@ -5,25 +5,21 @@ forked warm as a stage is), its answer cached. Torch-free."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import reprokit.tools.ops.repro as repro
 from reprokit.infra import known
 from reprokit.infra.caching import Store, file_digest
-from reprokit.records import Status
 from reprokit.records.folder import SCRIPT
 from reprokit.records.ops import Group
-from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
-from reprokit.runner.processes.stage import Launch
+from reprokit.runner.processes.alone import run_alone
 from reprokit.runner.processes.warm import WarmExecutor
 
 DTYPE_ORDER = (
@@ -205,12 +201,10 @@ def check_alone(
 ) -> list[Group]:
     """Each repro run alone (``jobs`` at a time), the answer cached by the script's bytes:
     ``reproduces_alone`` and what it printed."""
-    # minimize.graph's package imports torch; its alone.py is only needed once repros exist
-    from reprokit.tools.minimize.graph.alone import Ran
-
     store = Store("ops-alone")
     scratch = out_dir / ".alone"
-    executor = WarmExecutor(replace(options, timeout=ALONE_TIMEOUT))
+    options = replace(options, timeout=ALONE_TIMEOUT)
+    executor = WarmExecutor(options) if options.warm else None
 
     def check(group: Group) -> Group:
         if group.repro is None:
@@ -219,7 +213,7 @@ def check_alone(
         key = store.key([file_digest(f) for f in files], versions)
         hit = store.get_json(key)
         if hit is None:
-            ran = _alone(files, executor, options, scratch, Ran)
+            ran = run_alone(partial(_copy, files), options, scratch, executor=executor)
             shows = (
                 ran.returncode is None
                 if group.kind == "hang"
@@ -237,39 +231,10 @@ def check_alone(
         with ThreadPoolExecutor(max(1, options.jobs)) as pool:
             checked = list(pool.map(check, groups))
     finally:
-        executor.close()
+        if executor:
+            executor.close()
         shutil.rmtree(scratch, ignore_errors=True)
     return checked
-
-
-def _alone(
-    files: list[Path], executor: WarmExecutor, options: Options, scratch: Path, ran: Any
-) -> Any:
-    """The repro run as a maintainer runs it pasted from an issue: in a folder holding only it
-    (and its .pt), with only PATH, HOME and XLA's device set, its own process; forked from a
-    server that imported torch and torch_xla in that same environment (runner/processes/warm.py,
-    as stages start: seconds a repro instead of an interpreter's start), cold with ``--cold``
-    or where no server starts. The XLA runtime starts in the repro's process."""
-    scratch.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(dir=scratch))
-    where = folder / "repro"
-    where.mkdir()
-    _copy(files, where)
-    kept = {k: os.environ[k] for k in ("PATH", "HOME", "TMPDIR") if k in os.environ}
-    env = stage_env("xla", options.xla_device, base=kept)
-    logs = [folder / "stdout.log", folder / "stderr.log"]
-    how = Launch([options.python, SCRIPT], "alone", "xla", env, where, logs, ALONE_TIMEOUT)
-    ended, _ = executor.start(how, threading.Event())
-    out, err = (_read(log) for log in logs)
-    timed_out = ended.status is Status.TIMEOUT
-    return ran(None if timed_out else ended.returncode, out, err, ended.signal)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def _pt(out_dir: Path, group: Group) -> Path:

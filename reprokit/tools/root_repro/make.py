@@ -15,7 +15,7 @@ result; else its median; or the input's NaN or infinity), a range over the recor
 seeded random values of the same mean and spread (with the input's few NaN and infinities
 where they were), in an order that suits the difference (:data:`STRATEGIES`). Each is kept
 only when the repro shows the model's difference run alone
-(:func:`reprokit.tools.minimize.graph.alone.run_alone`: an empty folder, a fresh ``python -I``,
+(:func:`reprokit.runner.processes.alone.run_alone`: an empty folder, a fresh ``python -I``,
 only PATH, HOME and XLA's device set; :func:`same_symptom`). What it printed and its exit code
 are kept beside it; ``reprokit report`` reads them (reprokit.records.issues).
 """
@@ -41,7 +41,7 @@ from reprokit.records import Root, VariantResult
 from reprokit.records.folder import ISSUES, REPRO_OUT, SCRIPT
 from reprokit.records.issues import RootRepro
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.graph.alone import run_alone
+from reprokit.runner.processes.alone import run_alone
 from reprokit.tools.minimize.graph.script import _line
 
 TEMPLATE = "_root_repro.py.j2"

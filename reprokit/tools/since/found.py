@@ -19,12 +19,12 @@ from reprokit.infra.caching import file_digest
 from reprokit.records import SUMMARY, VariantResult, read_summary, write_summary
 from reprokit.records.folder import ISSUES, SCRIPT, RunFolder
 from reprokit.records.issues import read_index, write_index
+from reprokit.records.minimize import SHORT_INPUTS
 from reprokit.records.ops import OPS, read_ops, write_ops
 from reprokit.tools.root_repro import _digest as summary_digest  # what root repros are made for
 
 # The short repro's inputs, beside it only when neither literals nor random draws showed it
-# (minimize.graph.short.INPUTS_FILE, not imported: that package imports torch)
-INPUTS_FILE = "inputs.pt"
+INPUTS_FILE = SHORT_INPUTS
 HINT = (
     "Give a repro file (exit 1: shows, 0: does not), a minimize folder, a run folder that "
     "`reprokit report` has written root repros into, or a `reprokit ops` folder."

@@ -27,7 +27,7 @@ from reprokit.runner.options import Options
 from reprokit.tools.since.found import Repro
 
 if TYPE_CHECKING:  # the minimize.graph package imports torch: only where a repro runs
-    from reprokit.tools.minimize.graph.alone import Ran
+    from reprokit.runner.processes.alone import Ran
 
 NAMESPACE = "bisect"
 KEPT = 4000  # characters of each stream a cache entry keeps (the end: where the verdict is)
@@ -50,7 +50,7 @@ def try_release(repro: Repro, release: str, python: Path, options: Options, scra
     entry = store.get_json(key) if options.cache else None
     if isinstance(entry, dict) and entry.get("version") == 1:
         return replace(judge(_ran(entry)), seconds=entry.get("seconds", 0.0), cached=True)
-    from reprokit.tools.minimize.graph.alone import run_alone
+    from reprokit.runner.processes.alone import run_alone
 
     start = time.monotonic()
     ran = run_alone(repro.write, replace(options, python=str(python)), scratch)
@@ -127,7 +127,7 @@ def _kept(stderr: str) -> str:
 
 
 def _ran(entry: dict[str, Any]) -> Ran:
-    from reprokit.tools.minimize.graph.alone import Ran
+    from reprokit.runner.processes.alone import Ran
 
     return Ran(entry.get("returncode"), entry.get("stdout", ""), entry.get("stderr", ""),
                entry.get("signal"))  # fmt: skip

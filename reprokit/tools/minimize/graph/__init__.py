@@ -22,6 +22,7 @@ import functools
 import hashlib
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,12 @@ from reprokit.records import (
     read_summary,
     write_summary,
 )
-from reprokit.records.minimize import GraphShrink, Step
+from reprokit.records.minimize import MINIMAL_PROGRAM, GraphShrink, Step
 from reprokit.runner.options import Options
+from reprokit.runner.processes.alone import keep_output
 from reprokit.runner.scheduler import Interrupted
 from reprokit.tools.minimize.candidate_cache import Cache
 from reprokit.tools.minimize.graph import gradient, program, script, short
-from reprokit.tools.minimize.graph.alone import keep_output
 from reprokit.tools.minimize.graph.program import State
 from reprokit.tools.minimize.graph.strategies import Programs, strategies
 from reprokit.tools.minimize.output import result_of, write_out
@@ -180,10 +181,10 @@ def write(
     best = graph.best if graph else State(original.ops(), original.outputs())
     # the .pt2 of a candidate found in the cache is made now, for minimal.pt2
     made = programs.path(best) if programs.ready(best) else original.path
-    (out_dir / "minimal.pt2").unlink(missing_ok=True)  # a run folder may hold a link to it
-    shutil.copyfile(made, out_dir / "minimal.pt2")
+    (out_dir / MINIMAL_PROGRAM).unlink(missing_ok=True)  # a run folder may hold a link to it
+    shutil.copyfile(made, out_dir / MINIMAL_PROGRAM)
     params = chosen.best if chosen else programs.params(best)
-    minimal = variant.with_params({**params, "program": str(out_dir / "minimal.pt2")})
+    minimal = variant.with_params({**params, "program": str(out_dir / MINIMAL_PROGRAM)})
     text, stored = script.standalone(original, best, minimal, programs.perturbed)
     checking = graph.target if graph and stopped != "interrupted" else None  # Ctrl-C: no run
     by_autograd = gradient_repro(programs, runner, best, minimal, checking)
@@ -223,8 +224,16 @@ def write(
     if stopped == "interrupted" or kept is None:
         return record
     written = functools.partial(short.write, script=pasted, stored_values=pasted_stored)
-    # its output, for the report to show
-    ran = keep_output(written, [out_dir, out_dir / minimal.label], runner.options,
+    return _run_short(record, written, runner, minimal.label)
+
+
+def _run_short(
+    record: MinimizeResult, written: Callable[[Path], None], runner: Runner, label: str
+) -> MinimizeResult:
+    """The short repro run alone, its output kept for the report to show; where it shows the
+    difference, XLA's passes asked on it whose the bug is."""
+    out_dir = runner.out_dir
+    ran = keep_output(written, [out_dir, out_dir / label], runner.options,
                       out_dir / "candidates")  # fmt: skip
     if not ran.shows() or record.graph is None:
         return record

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.runner.options import Options
-from reprokit.tools.minimize.graph.alone import run_alone
+from reprokit.runner.processes.alone import run_alone
 from reprokit.tools.minimize.graph.program import Original, State, is_tensor_op
 
 

@@ -24,11 +24,11 @@ from reprokit.generate.render import environment
 from reprokit.generate.templates import template_dirs
 from reprokit.generate.variables import with_variables
 from reprokit.generate.variants import Variant
+from reprokit.records.minimize import REPRO_STAGES, REPRO_STAGES_INPUTS
 from reprokit.tools.minimize.graph.program import Original, State
 
 TEMPLATE = "_graph_repro.py.j2"
-SCRIPT = "repro_stages.py"
-INPUTS_FILE = "repro_stages.inputs.pt"  # apart from the short repro's inputs.pt
+SCRIPT, INPUTS_FILE = REPRO_STAGES, REPRO_STAGES_INPUTS
 LITERAL_LIMIT = 256  # elements of one input printed into the script ("a few hundred")
 PER_LINE = 4  # printed values a line: full precision, so that the inputs are exact
 _TAKEN = {"torch", "inputs", "device", "dtype", "faulty", "floating", "Path"}

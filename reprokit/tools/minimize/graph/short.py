@@ -34,12 +34,13 @@ from reprokit.generate.templates import template_dirs
 from reprokit.generate.variables import with_variables
 from reprokit.generate.variants import Variant
 from reprokit.records.folder import SCRIPT
+from reprokit.records.minimize import SHORT_INPUTS
 from reprokit.tools.minimize.graph.gradient import Gradient
 from reprokit.tools.minimize.graph.program import Original, State
 from reprokit.tools.minimize.graph.script import _line, _var
 
 TEMPLATE = "_graph_short.py.j2"
-INPUTS_FILE = "inputs.pt"  # the short repro's, only when neither literals nor random draws do
+INPUTS_FILE = SHORT_INPUTS
 SHORT_LITERAL = 8  # elements of an input printed as a literal: one line
 SEED = 0
 
