@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.records._json import from_json, write_json
+from reprokit.records.report import REPORT_HTML, REPORT_MD
 
 OPS_RELEASES = "ops_releases.json"
-MARKDOWN = "report.md"  # the op x release table, and a link to each release's own report.md
-HTML = "report.html"  # the same table as a matrix of coloured cells
+# the op x release table (and a link to each release's own), and its matrix of coloured cells
+MARKDOWN, HTML = REPORT_MD, REPORT_HTML
 # A cell's state: some group of the op's there, all its samples judged without one, not swept
 DIFFERS, AGREES, NOT_SWEPT = "differs", "agrees", "not swept"
 

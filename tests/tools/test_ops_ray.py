@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 
 from reprokit.records import EnvSpec
+from reprokit.records.folder import WORKER_ANSWERS, WORKER_JOB
 from reprokit.records.ops import Group, OpsSweep, read_ops
-from reprokit.records.ops_releases import HTML, MARKDOWN, NOT_SWEPT
+from reprokit.records.ops_releases import HTML, MARKDOWN, NOT_SWEPT, read_ops_releases
 from reprokit.reports.ops_releases import shown, since, write_reports
+from reprokit.tools.ops.cluster import SCRATCH
 from reprokit.tools.ops.releases import merge
 from reprokit.tools.ops.worker import HANG
 
@@ -147,9 +149,9 @@ def hanging(cache: Path) -> bool:
     """Whether a worker of this test's sweep (its job names this test's cache) is in add's
     sample 1: its answer so far, in the node's scratch folder, ends with that sample's
     announcement."""
-    for out in Path(tempfile.gettempdir()).glob("reprokit-ops-*/worker-*/out.jsonl"):
+    for out in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*/worker-*/{WORKER_ANSWERS}"):
         try:
-            ours = str(cache) in (out.parent / "job.json").read_text("utf-8")
+            ours = str(cache) in (out.parent / WORKER_JOB).read_text("utf-8")
             lines = out.read_text("utf-8").strip().splitlines()
         except OSError:
             continue
@@ -191,3 +193,23 @@ def test_the_op_by_release_table_names_where_a_divergence_began(tmp_path):
     assert "2 more OpInfos agree" in text
     page = (tmp_path / HTML).read_text()
     assert page.count("<tr>") == 3 and "href='2.9/repro_silu_value.py'" in page
+
+
+def test_the_sweep_on_2_8_and_2_9_is_one_op_by_release_table(shared_cache, tmp_path):
+    """Real releases (2.8 a uv environment with expecttest added, 2.9 this one): each
+    release's sweep in its folder with its own versions, merged into ops_releases.json, whose
+    rows name both releases' groups."""
+    out = tmp_path / "out"
+    args = ["ops", "mean", "roll", "--dtypes", "float16", "--releases", "2.8..2.9", "-n", "2"]
+    code, said = finished(reprokit(*args, "-o", str(out), cache=shared_cache))
+    assert code == 1, said
+    for release in ("2.8", "2.9"):
+        sweep = read_ops(out / release)
+        assert sweep.versions["torch_xla"] == f"{release}.0", said
+        assert {g.id for g in sweep.groups} == {"mean_error", "roll_crash"}
+    table = read_ops_releases(out)
+    assert [r.name for r in table.releases] == ["2.8", "2.9"]
+    rows = {r.name: r for r in table.rows}
+    assert rows["roll"].cells["2.8"].said() == "crash forward float16" and not rows["roll"].changed
+    assert "[crash](2.8/repro_roll_crash.py)" in (out / MARKDOWN).read_text()
+    assert "href='2.9/repro_mean_error.py'" in (out / HTML).read_text()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.records import Status
+from reprokit.records.folder import WORKER_ANSWERS, WORKER_JOB, child_logs
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import Launch
@@ -103,7 +104,7 @@ class Pool:
         ended = self._start(folder, {"list": request})
         with self._lock:
             self._judged.pop(folder, None)
-        for line in _read_lines(folder / "out.jsonl"):
+        for line in _read_lines(folder / WORKER_ANSWERS):
             if "listing" in line:
                 return line["listing"]
         raise RuntimeError(f"the worker listed nothing ({_ending(ended)}): {_tail(folder)}")
@@ -115,7 +116,7 @@ class Pool:
         self._start(folder, job | {"timeout": self.timeout, "witness_dir": str(self.witness)})
         with self._lock:
             self._judged.pop(folder, None)
-        return _read_lines(folder / "out.jsonl")
+        return _read_lines(folder / WORKER_ANSWERS)
 
     def in_flight(self) -> int:
         """Samples judged so far by the workers at work (their tasks not yet done)."""
@@ -198,7 +199,7 @@ class Pool:
         ended: list[Any] = []
         runner = threading.Thread(target=lambda: ended.append(self._start(folder, job)))
         runner.start()
-        lines = _Tail(folder / "out.jsonl")
+        lines = _Tail(folder / WORKER_ANSWERS)
         begun: dict[str, Any] | None = None
         while True:
             alive = runner.is_alive()
@@ -281,12 +282,12 @@ class Pool:
 
     def _start(self, folder: Path, job: dict[str, Any]) -> Any:
         """One worker on ``job`` in ``folder``, driven to its end: how it ended."""
-        (folder / "job.json").write_text(json.dumps(job), "utf-8")
-        command = [self.options.python, str(WORKER), "job.json", "out.jsonl"]
+        (folder / WORKER_JOB).write_text(json.dumps(job), "utf-8")
+        command = [self.options.python, str(WORKER), WORKER_JOB, WORKER_ANSWERS]
         env = stage_env("xla", self.options.xla_device)
         if self.options.python != sys.executable:  # a release's environment: no reprokit
             env["PYTHONPATH"] = str(SOURCE)  # the worker imports reprokit from its source
-        logs = [folder / "stdout.log", folder / "stderr.log"]
+        logs = child_logs(folder)
         how = Launch(command, "ops-worker", "xla", env, folder, logs, OVERALL)
         with self._lock:
             self._judged[folder] = 0
@@ -297,7 +298,7 @@ class Pool:
 def _tail(folder: Path) -> str:
     """The last lines a worker wrote to stderr (torch's CUDA notice left out)."""
     try:
-        text = (folder / "stderr.log").read_text("utf-8", "replace")
+        text = child_logs(folder)[1].read_text("utf-8", "replace")
     except OSError:
         return ""
     lines = [line for line in text.strip().splitlines() if "No CUDA runtime" not in line]
