@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from reprokit.runner.scheduler import Interrupted, Reporter
     from reprokit.tools.bisect import Bisection
     from reprokit.tools.convert import Conversion
-    from reprokit.tools.sweep import SweepResult
+    from reprokit.tools.model_sweep import SweepResult
 
 # The API's names, imported on first use (PEP 562): a process that imports one module of
 # reprokit's (a warm server's fork comparing tensors, infra/offload.py) pays for that module
@@ -236,8 +236,8 @@ def sweep(
     """Named models (``torchvision:resnet18``, ``hf:gpt2``) or TOML lists of them, captured
     and run in each of ``dtypes`` (float32 and bfloat16 unless a list or the caller names
     them) into one run folder; ``minimize``: each divergence once, one witness shrunk to its
-    short repro (reprokit.tools.sweep). ``report(run_dir)`` then shows the sweep's table."""
-    from reprokit.tools import sweep as sweeps
+    short repro (reprokit.tools.model_sweep). ``report(run_dir)`` then shows the sweep's table."""
+    from reprokit.tools import model_sweep as sweeps
 
     found, listed = sweeps.load_models(models)
     return sweeps.sweep(

@@ -380,3 +380,92 @@ def test_the_runner_plans_above_and_starts_processes_below():
                 if not path.is_relative_to(RUNNER / "processes")
                 and executors.search(path.read_text("utf-8"))]  # fmt: skip
     assert borrowed == []
+
+
+# Every file name a run, minimize, ops, sweep or report folder holds is spelled in records/
+# (folder.py, and beside it each record's own: SUMMARY, OPS, BISECT, REPORT_MD...), as pytest's
+# cacheprovider.py alone names what .pytest_cache holds. A name outside records/ is one of
+# these: a module's own source file, or one that names no folder of ours.
+OUTPUT_NAME = re.compile(r"^[\w.-]+\.(json|jsonl|md|py|pt|pt2|toml|html|zip|out|log|txt|hlo)$")
+NOT_OURS = {
+    "known.toml",  # the package's own data (infra/known.py)
+    "inputs.json", "outputs.json",  # members of a captured .pt2 archive, not files of a folder
+    ".before_optimizations.txt",  # the end of XLA's own dump files' names (tools/whose.py)
+    "replacing-summary.json",  # a pause point's name (infra/pause.py), not a file
+}  # fmt: skip
+
+
+def spelled_names(source: str, sources: set[str]) -> list[tuple[int, str]]:
+    """The file names ``source`` spells as strings (docstrings aside) that are neither one of
+    ``sources`` (the package's own modules) nor in NOT_OURS."""
+    tree = ast.parse(source)
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+            and node.body and isinstance(node.body[0], ast.Expr)}  # fmt: skip
+    return sorted(
+        (node.lineno, node.value) for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        and id(node) not in docs and OUTPUT_NAME.match(node.value)
+        and node.value not in sources | NOT_OURS
+    )  # fmt: skip
+
+
+def test_every_output_file_name_is_spelled_in_records():
+    sources = {path.name for path in PACKAGE.rglob("*.py")}
+    spelled = {
+        path.relative_to(PACKAGE).as_posix(): found
+        for path in PACKAGE.rglob("*.py")
+        if not path.is_relative_to(PACKAGE / "records")
+        and (found := spelled_names(path.read_text("utf-8"), sources))
+    }
+    assert spelled == {}
+
+
+def test_the_name_check_finds_a_hand_spelled_file_name():
+    source = '"""report.md, in a docstring."""\nA = run / "report.md"\nB = "worker.py"\n'
+    assert spelled_names(source, {"worker.py"}) == [(2, "report.md")]
+
+
+def test_no_class_name_is_defined_in_two_modules():
+    defined: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(path.relative_to(PACKAGE).as_posix())
+    assert {name: where for name, where in defined.items() if len(where) > 1} == {}
+
+
+LONGEST = 60  # lines of a function, its signature and docstring included
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    return [(node.name, node.end_lineno - node.lineno + 1)
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > LONGEST]  # fmt: skip
+
+
+def test_no_function_is_longer_than_sixty_lines():
+    found = {
+        path.relative_to(PACKAGE).as_posix(): long
+        for path in PACKAGE.rglob("*.py")
+        if (long := long_functions(path.read_text("utf-8")))
+    }
+    assert found == {}
+
+
+def test_the_length_check_finds_a_long_function():
+    def function(lines: int) -> str:
+        return "def f():\n" + "".join(f"    x{i} = {i}\n" for i in range(lines - 1))
+
+    assert long_functions(function(61)) == [("f", 61)]
+    assert long_functions(function(60)) == []
+
+
+def test_the_op_sweeps_package_only_hands_names_on():
+    """tools/ops/__init__.py names what the package offers; the harness is harness.py."""
+    tree = ast.parse((PACKAGE / "tools" / "ops" / "__init__.py").read_text("utf-8"))
+    kinds = {type(node).__name__ for node in tree.body}
+    assert kinds <= {"Expr", "ImportFrom", "Assign"}, kinds  # docstring, imports, __all__
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    assert assigned == ["__all__"]

@@ -87,7 +87,14 @@ RunDirOpt = Annotated[
 XlaDeviceOpt = run_option("xla_device")
 TimeoutOpt = run_option("timeout")
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-JobsOpt = Annotated[str, typer.Option("-n", help="stages at once: N or auto (one per CPU)")]
+
+
+def jobs_option(what: str) -> Any:
+    """``-n``, one meaning for every command: how many of ``what`` run at once, N or auto."""
+    return Annotated[str, typer.Option("-n", help=f"{what} at once: N or auto (one per CPU)")]
+
+
+JobsOpt = jobs_option("stages")
 
 
 def passed(summary: RunSummary) -> ExitCode:

@@ -17,6 +17,7 @@ from reprokit.cli.app import (
     TemplatesOpt,
     TimeoutOpt,
     XlaDeviceOpt,
+    jobs_option,
     out,
     reports_errors,
 )
@@ -28,12 +29,14 @@ from reprokit.records.minimize import GraphShrink
 from reprokit.run_flags import build_options
 from reprokit.runner.options import TIMEOUT, jobs
 
+CandidatesOpt = jobs_option("candidates")
+
 
 @reports_errors
 def minimize_(
     case: Annotated[str, typer.Argument(help="a case name or .toml path")],
     set_: SetOpt = None,
-    n: Annotated[str, typer.Option("-n", help="candidates at once: N or auto")] = "1",
+    n: CandidatesOpt = "1",
     budget: Annotated[int, typer.Option("--budget", min=1, help="most candidate runs")] = 40,
     output: Annotated[Path, typer.Option("-o", "--output", help="the output folder")] = Path(
         "minimized"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -11,15 +12,15 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from reprokit.cli.app import err, out, reports_errors, run_option
+from reprokit.cli.app import err, jobs_option, out, reports_errors, run_option
 from reprokit.environment.releases import release_env
 from reprokit.environment.releases import releases as release_list
-from reprokit.errors import ExitCode, ReprokitError
+from reprokit.errors import ExitCode, ReprokitError, ReprokitWarning
 from reprokit.records import EnvSpec
 from reprokit.records.ops import OpsSweep
 from reprokit.run_flags import build_options, environments
 from reprokit.runner.options import default_run_dir, jobs
-from reprokit.tools.ops import ALL_DTYPES, DTYPES, Progress, SweepInterrupted, sweep_ops
+from reprokit.tools.ops import ALL_DTYPES, DTYPES, OpsInterrupted, Progress, sweep_ops
 
 EVERY = 5.0  # seconds between progress lines
 DEFAULT_DTYPES = ",".join(DTYPES)
@@ -32,10 +33,15 @@ BackendsOpt = Annotated[str, typer.Option("--backends", help="xla (torchax: see 
 InplaceOpt = Annotated[
     bool, typer.Option("--inplace", help="each op's in-place variant too (x.abs_())")
 ]
-ColdOpt = Annotated[
-    bool, typer.Option("--cold", help="workers and repros in fresh interpreters, not forked")
+# run's own declarations (run_flags.py), said for workers and samples rather than stages
+ColdOpt = run_option("cold", help="workers and repros in fresh interpreters, not forked")
+NoCacheOpt = run_option("no_cache", help="judge every sample anew")
+JobsOpt = jobs_option("workers")
+# A sample's timeout, apart from run's --timeout (seconds per stage); --timeout was its name
+SampleTimeoutOpt = Annotated[
+    float, typer.Option("--sample-timeout", help="seconds a sample may take", metavar="S")
 ]
-# run's own declarations (run_flags.py), said for workers rather than stages
+OldTimeoutOpt = Annotated[float | None, typer.Option("--timeout", hidden=True)]
 ExecutorOpt = run_option("executor", help="where workers run: local, or ray (a Ray cluster)")
 RayAddressOpt = run_option("ray_address")
 EnvOpt = run_option("env", help='NAME="REQUIREMENTS": sweep in this uv environment (repeatable)')
@@ -54,15 +60,16 @@ def ops_(
     backends: BackendsOpt = "xla",
     edge: Annotated[bool, typer.Option("--edge", help="edge values too (docs/ops.md)")] = False,
     inplace: InplaceOpt = False,
-    n: Annotated[str, typer.Option("-n", help="workers at once: N or auto")] = "1",
+    n: JobsOpt = "1",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="the folder")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="seconds a sample may take")] = 30.0,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="judge every sample anew")] = False,
+    sample_timeout: SampleTimeoutOpt = 30.0,
+    no_cache: NoCacheOpt = False,
     cold: ColdOpt = False,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
     env: EnvOpt = None,
     releases: ReleasesOpt = None,
+    timeout: OldTimeoutOpt = None,
 ) -> None:
     """Every sample of torch's OpInfo database (the ops named, or --all) on XLA against CPU and
     float64: ops.json, report.md and a repro_<group>.py per divergence, each run alone.
@@ -88,7 +95,7 @@ def ops_(
         "backends": tuple(b for b in backends.split(",") if b),
         "options": options,
         "cache": not no_cache,
-        "timeout": timeout,
+        "timeout": _sample_timeout(sample_timeout, timeout),
         "argv": sys.argv,
         "progress": _progress(),
         "announce": lambda line: err.print(escape(line), highlight=False),
@@ -97,7 +104,7 @@ def ops_(
         raise typer.Exit(_across(list(names or []) if not every else [], envs, folder, how))
     try:
         swept = sweep_ops([] if every else list(names or []), out_dir=folder, **how)
-    except SweepInterrupted as stopped:
+    except OpsInterrupted as stopped:
         out.print(
             f"interrupted: kept what finished in {escape(str(folder))}/ops.json "
             f"({len(stopped.sweep.records):,} samples)",
@@ -105,6 +112,20 @@ def ops_(
         )
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     raise typer.Exit(_said(swept, folder))
+
+
+def _sample_timeout(given: float, old: float | None) -> float:
+    """``--sample-timeout``; ``--timeout``, its name before run's --timeout (seconds per stage)
+    took the one meaning, still works with a warning."""
+    if old is None:
+        return given
+    warnings.warn(
+        "`reprokit ops --timeout` is `--sample-timeout` now (seconds a sample may take; "
+        "--timeout is seconds per stage elsewhere): rename it in your command",
+        ReprokitWarning,
+        stacklevel=2,
+    )
+    return old
 
 
 def _dtypes(given: str) -> tuple[str, ...]:

@@ -265,3 +265,21 @@ def test_a_warm_run_compares_and_captures_without_torch_in_the_harness(write_cas
     assert summary["run"]["env"]["pytorch"].get("torch_version")  # collect_env ran elsewhere
     cold = [*command, "--cold", "--no-cache", "-o", str(tmp_path / "cold")]
     assert subprocess.run(cold, capture_output=True, env=env).returncode != 0
+
+
+def test_ops_timeout_is_sample_timeout_and_the_old_name_warns():
+    """One meaning per option: --timeout is seconds per stage; ops' per-sample limit is
+    --sample-timeout, and ops' --timeout (its name before) still works, with a warning."""
+    import pytest
+    import typer
+
+    from reprokit.cli import app
+    from reprokit.cli.ops import _sample_timeout
+    from reprokit.errors import ReprokitWarning
+
+    command = typer.main.get_command(app).commands["ops"]  # type: ignore[attr-defined]
+    shown = {f for p in command.params if not getattr(p, "hidden", False) for f in p.opts}
+    assert "--sample-timeout" in shown and "--timeout" not in shown
+    assert _sample_timeout(30.0, None) == 30.0
+    with pytest.warns(ReprokitWarning, match="--sample-timeout"):
+        assert _sample_timeout(30.0, 5.0) == 5.0

@@ -114,7 +114,7 @@ def test_a_ray_actor_killed_mid_sample_loses_only_its_tasks(tmp_path):
     again in a new actor from their start, and the sweep ends as it would have: add's sample
     1 a hang (the hook holds it there again, until the sample's timeout), the rest judged."""
     pytest.importorskip("ray")
-    args = ["ops", "add", "neg", "--dtypes", "float32", "--timeout", "15", "-n", "1"]
+    args = ["ops", "add", "neg", "--dtypes", "float32", "--sample-timeout", "15", "-n", "1"]
     args += ["--executor", "ray", "-o", str(tmp_path / "out")]
     before = set(actors())
     running = reprokit(*args, cache=tmp_path / "cache", **{HANG: "add:1"})

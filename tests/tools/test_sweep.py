@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from reprokit.cli import app
 from reprokit.errors import ReprokitError
-from reprokit.tools.sweep import OwnModel, load_models
+from reprokit.tools.model_sweep import OwnModel, load_models
 
 MODELS = Path(__file__).parents[1] / "data" / "zoo" / "models.py"
 NAMES = ("mlp", "masked_positions", "masked_embedding")

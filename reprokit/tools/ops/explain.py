@@ -14,8 +14,8 @@ from torch.testing._comparison import default_tolerances
 from torch.testing._internal.opinfo.core import ReductionOpInfo, SampleInput
 from torch.utils._pytree import tree_leaves
 
+import reprokit.tools.ops.precision as precision
 from reprokit.comparison.tensors import compare_tensor
-from reprokit.tools.ops import precision
 from reprokit.tools.ops.samples import FILLED, REDUCING
 
 

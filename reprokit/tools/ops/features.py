@@ -24,7 +24,9 @@ import torch
 from torch.testing._internal.opinfo.core import SampleInput
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from reprokit.tools.ops import judge, samples, trigger
+import reprokit.tools.ops.judge as judge
+import reprokit.tools.ops.samples as samples
+import reprokit.tools.ops.trigger as trigger
 
 CHUNKS = ("chunks", "num_chunks", "sections")  # arguments that are a chunk count
 _NAMES: dict[tuple[str, str, int], list[str]] = {}

@@ -14,8 +14,10 @@ import torch
 from torch.testing._comparison import default_tolerances
 from torch.utils._pytree import tree_leaves, tree_map
 
+import reprokit.tools.ops.explain as explain
+import reprokit.tools.ops.precision as precision
+import reprokit.tools.ops.reference as reference
 from reprokit.comparison.tensors import compare_tensor
-from reprokit.tools.ops import explain, precision, reference
 
 # Ops whose integer results are indices chosen among equal values (any is right): with ties in
 # the input only their values are compared

@@ -36,7 +36,7 @@ from reprokit.records.ops_releases import (
 )
 from reprokit.reports.ops_releases import write_reports
 from reprokit.runner.options import Options
-from reprokit.tools.ops import SweepInterrupted, sweep_ops
+from reprokit.tools.ops.harness import OpsInterrupted, sweep_ops
 
 NEEDED = "expecttest"  # torch's OpInfo database imports it; no release's torch requires it
 
@@ -103,7 +103,7 @@ def sweep_releases(
                     announce=announce,
                     **sweep,
                 )
-            except SweepInterrupted as stopped:
+            except OpsInterrupted as stopped:
                 done.append((spec, stopped.sweep))
                 table = _written(out_dir, merge(done, argv or [], interrupted=True))
                 raise InterruptedReleases(table) from None

@@ -36,8 +36,11 @@ from typing import IO, Any
 
 import torch
 
-from reprokit.tools.ops import dtypes as dtype_sets
-from reprokit.tools.ops import features, judge, pairs, samples
+import reprokit.tools.ops.dtypes as dtype_sets
+import reprokit.tools.ops.features as features
+import reprokit.tools.ops.judge as judge
+import reprokit.tools.ops.pairs as pairs
+import reprokit.tools.ops.samples as samples
 
 POLL = 0.02  # seconds between looks for the driver's next batch
 # Tests only: ``OP:SAMPLE`` makes that sample of that OpInfo hang (in every dtype), so that a

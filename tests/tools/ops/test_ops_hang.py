@@ -27,7 +27,7 @@ def reprokit(*args: str, cache: Path, hang: str) -> subprocess.CompletedProcess[
 
 def test_a_hanging_sample_is_killed_named_and_the_sweep_goes_on(tmp_path):
     out = tmp_path / "out"
-    args = ["ops", "add", "neg", "--dtypes", "float32", "--timeout", str(TIMEOUT), "-n", "1"]
+    args = ["ops", "add", "neg", "--dtypes", "float32", "--sample-timeout", str(TIMEOUT), "-n", "1"]
     begun = time.monotonic()
     done = reprokit(*args, "-o", str(out), cache=tmp_path / "cache", hang="add:1")
     seconds = time.monotonic() - begun

@@ -1,0 +1,534 @@
+"""The op sweep's harness (``reprokit ops``): what it was asked, the tasks and their results
+cache, the workers driven (pool.py here, cluster.py on Ray), the groups, their stale graphs,
+triggers and repros run alone, ops.json and the report.
+
+The harness stays torch-free: the OpInfos are listed, and every sample run and judged, in the
+workers (pool.py, worker.py); here are the results cache (one entry per task: an op in a dtype,
+forward or backward, OpInfo's or the edge samples), the groups and the report.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import reprokit.tools.ops.confirm as confirm
+import reprokit.tools.ops.groups as grouping
+import reprokit.tools.ops.stale as stale
+from reprokit.errors import ReprokitError
+from reprokit.infra.caching import Store, file_digest
+from reprokit.records.ops import OpsSweep, write_ops
+from reprokit.reports.ops import write_report
+from reprokit.runner.options import Options
+from reprokit.tools.ops.pool import Pool, Task
+
+DTYPES = ("float32", "bfloat16", "float16")
+ALL_DTYPES = ("float32", "bfloat16", "float16", "int32", "int64", "bool")
+BACKENDS = ("xla",)  # torchax: not in torch_xla's environment (docs/ops.md)
+SAMPLE_TIMEOUT = 30.0  # seconds one sample may take before its worker is killed: a hang
+HERE = Path(__file__).parent
+# What a task's verdicts depend on besides torch's and torch_xla's releases
+SOURCES = [
+    HERE / "worker.py",
+    HERE / "judge.py",
+    HERE / "explain.py",
+    HERE / "samples.py",
+    HERE / "features.py",
+    HERE / "trigger.py",
+    HERE / "pairs.py",
+    HERE / "precision.py",  # a half type's rounding told from a bug
+    HERE / "reference.py",  # recall (docs/ops.md): the reference's defaults, call forms, dtypes
+    HERE / "forms.py",
+    HERE / "dtypes.py",
+    HERE.parent.parent / "comparison" / "tensors.py",
+]
+WITNESS = "ops-witness"  # the cache's folder of the witnesses' large tensors
+
+
+class OpsInterrupted(Exception):
+    """The sweep was stopped; ``sweep`` holds what finished (also written to the folder)."""
+
+    def __init__(self, sweep: OpsSweep) -> None:
+        super().__init__("interrupted")
+        self.sweep = sweep
+
+
+@dataclass(frozen=True)
+class Progress:
+    tasks_done: int
+    tasks: int
+    samples: int
+    seconds: float
+
+    def eta(self) -> float | None:
+        if not self.tasks_done or self.tasks_done >= self.tasks:
+            return None
+        return self.seconds / self.tasks_done * (self.tasks - self.tasks_done)
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What one sweep was asked for, and where it writes."""
+
+    out_dir: Path
+    dtypes: tuple[str, ...]
+    backends: tuple[str, ...]
+    grad: bool
+    edge: bool
+    options: Options
+    versions: dict[str, str]
+    argv: list[str]
+    begun: float
+    announce: Callable[[str], None] | None = None
+    inplace: bool = False
+    swept: list[float] = field(default_factory=list)  # when every sample was judged
+    cache: bool = True  # the results cache read (it is always written)
+    timed: dict[str, float] = field(default_factory=dict)  # seconds of the steps after
+    stale_graph: dict[str, Any] = field(default_factory=dict)  # pairs checked, found (stale.py)
+
+
+def sweep_ops(
+    names: list[str],
+    *,
+    out_dir: Path,
+    dtypes: tuple[str, ...] = DTYPES,
+    grad: bool = False,
+    edge: bool = False,
+    inplace: bool = False,
+    backends: tuple[str, ...] = BACKENDS,
+    options: Options | None = None,
+    cache: bool = True,
+    timeout: float = SAMPLE_TIMEOUT,
+    argv: list[str] | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> OpsSweep:
+    """Sweep the OpInfos ``names`` (all of them when empty) into ``out_dir``: ops.json,
+    report.md and a repro per group (``inplace``: each op's in-place variant too, where it has
+    one, on the same samples). Raises :class:`OpsInterrupted` (with what finished) on
+    KeyboardInterrupt, ReprokitError on bad input."""
+    _swept_backends(backends)
+    options = options or Options()
+    asked = _Asked(
+        Path(out_dir),
+        tuple(dtypes),
+        tuple(backends),
+        grad,
+        edge,
+        options,
+        _versions(options.python),
+        list(argv or []),
+        time.monotonic(),
+        announce,
+        inplace=inplace,
+        cache=cache,
+    )
+    asked.out_dir.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    scratch = asked.out_dir / ".workers"
+    shutil.rmtree(scratch, ignore_errors=True)
+    pool = _pool(asked.options, scratch, Store(WITNESS).folder, timeout=timeout, stop=stop)
+    try:
+        listing = _listing(pool, names, asked, cache=cache)
+        tasks = _tasks(listing, asked)
+        records: list[dict[str, Any]] = []  # filled as tasks end: an interrupt keeps them
+        pending = _from_cache(tasks, asked, records)
+        cached = len(tasks) - len(pending)
+        try:
+            _judge(pool, pending, len(tasks), asked, records, progress)
+            asked.swept.append(time.monotonic())
+        except KeyboardInterrupt:
+            stop.set()
+            pool.close()
+            swept = _finish(asked, listing, records, len(tasks), cached, interrupted=True)
+            raise OpsInterrupted(swept) from None
+        return _finish(asked, listing, records, len(tasks), cached, interrupted=False, pool=pool)
+    finally:
+        pool.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _from_cache(tasks: list[Task], asked: _Asked, records: list[dict[str, Any]]) -> list[Task]:
+    """The tasks the results cache does not hold (all without ``asked.cache``); the records
+    of those it holds added to ``records``."""
+    store, code = Store("ops"), _code_digest()
+    pending = []
+    for task in tasks:
+        hit = store.get_json(_key(task, asked.versions, code)) if asked.cache else None
+        if hit is None:
+            pending.append(task)
+        else:
+            records += _stamped(task, hit)
+    return pending
+
+
+def _judge(
+    pool: Pool,
+    pending: list[Task],
+    total: int,
+    asked: _Asked,
+    records: list[dict[str, Any]],
+    progress: Callable[[Progress], None] | None,
+) -> None:
+    """``pending`` judged by ``pool``'s workers, each task's records stored in the results
+    cache and added to ``records`` as it ends; progress said as tasks end and every few
+    seconds."""
+    store, code = Store("ops"), _code_digest()
+    counted = [total - len(pending)]
+
+    def said(samples: int) -> None:
+        if progress:
+            seconds = time.monotonic() - asked.begun
+            progress(Progress(counted[0], total, samples, seconds))
+
+    def finished(task: Task, found: list[dict[str, Any]]) -> None:
+        store.put_json(_key(task, asked.versions, code), found)
+        records.extend(_stamped(task, found))
+        counted[0] += 1
+        said(len(records))
+
+    said(len(records))
+    pool.run(pending, finished, lambda: said(len(records) + pool.in_flight()))
+
+
+def _swept_backends(backends: tuple[str, ...]) -> None:
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise ReprokitError(f"backend {unknown[0]!r} is not swept", hint=_TORCHAX)
+
+
+_TORCHAX = (
+    "Only xla is swept: torchax needs JAX, which is not in torch_xla's environment (torch_xla "
+    "2.9 bundles torchax 0.0.6 and no jax); see docs/ops.md."
+)
+
+
+def _pool(options: Options, scratch: Path, witness: Path, **how: Any) -> Pool:
+    """The sweep's workers: here, or on a Ray cluster (``--executor ray``: cluster.py)."""
+    if options.executor == "ray":  # imported only then: Ray is an optional extra
+        from reprokit.tools.ops.cluster import RayPool
+
+        return RayPool(options, scratch, witness, **how)  # type: ignore[return-value]
+    return Pool(options, scratch, witness, **how)
+
+
+def _versions(python: str) -> dict[str, str]:
+    """torch's, torch_xla's and expecttest's versions in the environment of ``python`` (the
+    workers'), read from its installed metadata: a release's environment keys its own
+    results in the cache."""
+    found = {}
+    here = python == sys.executable
+    path = (
+        None
+        if here
+        else [str(p) for p in Path(python).parent.parent.glob("lib/python*/*-packages")]
+    )
+    for name in ("torch", "torch_xla", "expecttest"):
+        try:
+            if here:
+                found[name] = importlib.metadata.version(name)
+            else:
+                found[name] = next(importlib.metadata.distributions(name=name, path=path)).version
+        except (importlib.metadata.PackageNotFoundError, StopIteration):
+            found[name] = "missing"
+    if found["expecttest"] == "missing":
+        raise ReprokitError(
+            "expecttest is not installed: torch's OpInfo database needs it",
+            hint="pip install expecttest (reprokit's `test` extra has it)",
+        )
+    return found
+
+
+def _code_digest() -> list[str | None]:
+    return [file_digest(path) for path in SOURCES]
+
+
+def _key(task: Task, versions: dict[str, str], code: list[str | None]) -> str:
+    return Store.key(task.to_json(), versions, code)
+
+
+def _listing(pool: Pool, names: list[str], asked: _Asked, *, cache: bool) -> dict[str, Any]:
+    """The OpInfos asked for, listed by a worker (cached: the list of an unchanged torch)."""
+    request = {"names": list(names), "dtypes": list(asked.dtypes), "grad": asked.grad}
+    store = Store("ops-listing")
+    key = store.key(request, asked.versions, _code_digest())
+    found = store.get_json(key) if cache else None
+    if found is None:
+        found = pool.listing(request)
+        store.put_json(key, found)
+    if found["unknown"]:
+        raise ReprokitError(
+            f"no OpInfo named {', '.join(map(repr, found['unknown']))}",
+            hint="Give OpInfo names as torch spells them: nn.functional.softplus, mean, "
+            "linalg.vector_norm (`reprokit ops --all` sweeps every one).",
+        )
+    return found
+
+
+def _tasks(listing: dict[str, Any], asked: _Asked) -> list[Task]:
+    """Each op that is run x backend x pass x dtype x sample set (OpInfo's, the edge values')."""
+    tasks = []
+    for entry in listing["ops"]:
+        if entry["skip"]:
+            continue
+        passes = [(False, False, entry["dtypes"])]
+        passes += [(True, False, entry["grad_dtypes"])] if asked.grad else []
+        if asked.inplace and entry.get("inplace") is not None:  # "": one torch gives no name
+            passes.append((False, True, entry["dtypes"]))
+        for backend in asked.backends:
+            for backward, inplace, dtypes in passes:
+                for dtype in dtypes:
+                    for edge in (False, True) if asked.edge else (False,):
+                        task = Task(entry["op"], entry["variant"], dtype, backend, backward, edge)
+                        tasks.append(replace(task, inplace=inplace))
+    return tasks
+
+
+def _stamped(task: Task, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    stamp = {
+        "op": task.op,
+        "variant": task.variant,
+        "dtype": task.dtype,
+        "backend": task.backend,
+        "grad": task.grad,
+        "edge": task.edge,
+    }
+    stamp |= {"inplace": True} if task.inplace else {}  # absent: the function itself
+    return [stamp | r for r in found]
+
+
+def _finish(
+    asked: _Asked,
+    listing: dict[str, Any],
+    records: list[dict[str, Any]],
+    tasks: int,
+    cached: int,
+    *,
+    interrupted: bool,
+    pool: Pool | None = None,
+) -> OpsSweep:
+    """Groups with their triggers (checked on new samples by ``pool``'s workers unless
+    interrupted), their repros (run alone unless interrupted), ops.json and report.md."""
+    out_dir, witness = asked.out_dir, Store(WITNESS).folder
+    records = _stale_graphs(asked, records, None if interrupted else pool)
+    found = grouping.build(records)
+    found = _triggers(asked, found, records, pool)
+    codes = _codes(records, found)
+    calls = {(e["op"], e["variant"]): e["call"] for e in listing["ops"]}
+    calls |= {(e["op"], e["variant"], "inplace"): e.get("inplace") or None for e in listing["ops"]}
+    for old in out_dir.glob("repro_*"):
+        old.unlink()
+    found = grouping.write_repros(found, codes, calls, out_dir, witness)
+    summed = functools.partial(_sweep, asked, listing, records, tasks, cached)
+    sweep = summed(found, interrupted=interrupted)
+    write_ops(out_dir, sweep)  # kept should the runs alone below be interrupted
+    write_report(out_dir, sweep)
+    if interrupted:
+        return sweep
+    if asked.announce:
+        written = sum(g.repro is not None for g in found)
+        asked.announce(f"ops: each of {written} repros run alone ({asked.options.jobs} at once)")
+    judged = time.monotonic()
+    found = grouping.check_alone(found, out_dir, asked.options, asked.versions)
+    alone = round(time.monotonic() - judged, 1)
+    sweep = summed(found, interrupted=False)
+    sweep = replace(sweep, timings=sweep.timings | {"alone": alone})
+    write_ops(out_dir, sweep)
+    write_report(out_dir, sweep)
+    return sweep
+
+
+def _stale_graphs(asked: _Asked, records: list[dict[str, Any]], pool: Any) -> list:
+    """The records with each stale-graph candidate judged alone and after its first call in
+    fresh workers (stale.py), the probes counted in ``asked.stale_graph``."""
+    begun = time.monotonic()
+    records, counts = stale.confirm(
+        records,
+        pool=pool,
+        jobs=asked.options.jobs,
+        versions=asked.versions,
+        code=_code_digest(),
+        cache=asked.cache,
+    )
+    asked.stale_graph.clear()
+    asked.stale_graph.update(counts)
+    asked.timed["stale_graph"] = round(time.monotonic() - begun, 1)
+    return records
+
+
+def _triggers(asked: _Asked, found: list, records: list[dict[str, Any]], pool: Any) -> list:
+    """Each group's trigger (confirm.py), its new samples' time in the timings. A stale
+    graph's is its kind: a call with another argument before it."""
+    begun = time.monotonic()
+    order = {g.id: i for i, g in enumerate(found)}
+    stale_graphs = [g for g in found if g.kind == stale.KIND]
+    found = [g for g in found if g.kind != stale.KIND]
+    if asked.announce and pool is not None and found:
+        asked.announce(f"ops: the triggers of {len(found)} groups, checked on new samples")
+    found = stale_graphs + confirm.triggers(
+        found,
+        records,
+        pool=pool,
+        jobs=asked.options.jobs,
+        versions=asked.versions,
+        code=_code_digest(),
+        cache=asked.cache,
+    )
+    asked.timed["triggers"] = round(time.monotonic() - begun, 1)
+    return sorted(found, key=lambda g: order[g.id])
+
+
+def _sweep(
+    asked: _Asked,
+    listing: dict[str, Any],
+    records: list[dict[str, Any]],
+    tasks: int,
+    cached: int,
+    found: list,
+    *,
+    interrupted: bool,
+) -> OpsSweep:
+    return OpsSweep(
+        argv=asked.argv,
+        versions=asked.versions,
+        backends=asked.backends,
+        dtypes=asked.dtypes,
+        grad=asked.grad,
+        edge=asked.edge,
+        inplace=asked.inplace,
+        seconds=round(time.monotonic() - asked.begun, 1),
+        timings=({"samples": round(asked.swept[0] - asked.begun, 1)} if asked.swept else {})
+        | asked.timed,
+        interrupted=interrupted,
+        ops=_per_op(listing, records),
+        skips=_skips(listing, records),
+        platform=_platform(records),
+        cpu_wrong=_cpu_wrong(records),
+        stale_graph=dict(asked.stale_graph),
+        precision=grouping.precision(records),
+        groups=tuple(found),
+        records=[_compact(r) for r in records],
+        tasks=tasks,
+        cached=cached,
+    )
+
+
+def _codes(records: list[dict[str, Any]], found: list) -> dict[str, dict[str, Any]]:
+    """Each group's witness's source (with the result it judged: ``leaf``)."""
+    by_key = {}
+    for group in found:
+        w = group.witness
+        for r in records:
+            same = (
+                r["op"],
+                r["variant"],
+                r["backend"],
+                r["kind"] if "kind" in r else None,
+                r["grad"],
+                r.get("inplace", False),
+                r["dtype"],
+                r["edge"],
+                r["sample"],
+                r.get("arg", ""),
+            )
+            if r["verdict"] == "differs" and same == (
+                group.op,
+                group.variant,
+                group.backend,
+                group.kind,
+                group.grad,
+                group.inplace,
+                w["dtype"],
+                w["edge"],
+                w["sample"],
+                w.get("arg") or "",
+            ):
+                code = r.get("pair") if group.kind == stale.KIND else r.get("code")
+                by_key[group.id] = dict(code or {}) | {"leaf": r.get("leaf", 0)}
+                break
+    return by_key
+
+
+def _per_op(listing: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for r in records:
+        entry = counts.setdefault((r["op"], r["variant"]), {})
+        entry[r["verdict"]] = entry.get(r["verdict"], 0) + 1
+    return [
+        {
+            "op": e["op"],
+            "variant": e["variant"],
+            "dtypes": e["dtypes"],
+            "dtypes_added": e.get("added", []),  # swept though OpInfo does not declare them
+            "skip": e["skip"],
+            "counts": counts.get((e["op"], e["variant"]), {}),
+        }
+        for e in listing["ops"]
+    ]
+
+
+def reason_class(reason: str) -> str:
+    """A skip's reason without its particulars: ``CPU fallback (aten::nonzero)`` counts as
+    ``CPU fallback``."""
+    return reason.split(" (")[0].split(":")[0].strip()
+
+
+def _skips(listing: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for e in listing["ops"]:
+        if e["skip"]:
+            label = f"op not run: {e['skip']}"
+            found[label] = found.get(label, 0) + 1
+        elif not e["dtypes"]:
+            found["op not run: none of the dtypes asked for"] = (
+                found.get("op not run: none of the dtypes asked for", 0) + 1
+            )
+    for r in records:
+        if r["verdict"] == "skip":
+            label = reason_class(r.get("reason", ""))
+            found[label] = found.get(label, 0) + 1
+        elif r.get("ties"):
+            found["index ties: values compared"] = found.get("index ties: values compared", 0) + 1
+    return dict(sorted(found.items(), key=lambda kv: -kv[1]))
+
+
+def _platform(records: list[dict[str, Any]]) -> dict[str, Any]:
+    flushed = [r for r in records if r["verdict"] == "platform"]
+    ops = sorted({r["op"] for r in flushed})
+    return {"subnormal flushing": {"samples": len(flushed), "ops": ops}} if flushed else {}
+
+
+def _cpu_wrong(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        if r["verdict"] == "cpu_wrong":
+            key = (r["op"], r["variant"], r["dtype"], r["grad"], r.get("inplace", False))
+            entry = found.setdefault(
+                key,
+                {
+                    "op": r["op"],
+                    "variant": r["variant"],
+                    "dtype": r["dtype"],
+                    "grad": r["grad"],
+                    "samples": 0,
+                    "detail": r.get("detail", ""),
+                },
+            )
+            entry["samples"] += 1
+    return list(found.values())
+
+
+def _compact(record: dict[str, Any]) -> dict[str, Any]:
+    """A sample's verdict as ops.json keeps it: the source of a sample only in its group."""
+    kept = {k: v for k, v in record.items() if k not in ("code", "pair", "seconds")}
+    if record["verdict"] == "match":
+        kept.pop("described", None)
+    return kept
