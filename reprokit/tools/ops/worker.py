@@ -209,20 +209,34 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
         grad, edge, start = task["grad"], task["edge"], task.get("start", 0)
         describe = set(task.get("describe", ()))
         made = samples.op_samples(op, getattr(torch, task["dtype"]), grad=grad, edge=edge)
-        seen: list[Any] = []
-        for i, sample in enumerate(made):
-            seen.append(sample)
+        seen, stopped = _made_while_cpu_can(made)
+        for i, sample in enumerate(seen):
             if i in describe:
                 _emit(out, {"id": task["id"], "sample": i, "code": code_of(sample, witness)})
             if i >= start:
                 judging.sample(task, op, i, sample)
-        probes = pairs.probes(seen) if not grad and not edge else []
+        if stopped is not None:  # its probes, numbered after it, are not made
+            skip = {"verdict": "skip", "reason": stopped, "sample": len(seen), "described": {}}
+            _emit(out, {"id": task["id"], "record": skip})
+        probes = pairs.probes(seen) if not grad and not edge and stopped is None else []
         for k, (sample, base, _) in enumerate(probes, start=len(seen)):
             if k in describe:
                 _emit(out, {"id": task["id"], "sample": k, "code": code_of(sample, witness)})
             if k >= start:
                 judging.sample(task, op, k, sample, base=base)
         _emit(out, {"done": task["id"]})
+
+
+def _made_while_cpu_can(made: Iterator[Any]) -> tuple[list[Any], str | None]:
+    """The samples OpInfo's generator makes, and why it stopped early where it raised: in a
+    dtype added beyond OpInfo's list, svd's generator calls torch.linalg.svd, which bfloat16
+    lacks on CPU. That is a skip, said as CPU's, instead of the worker's end."""
+    kept: list[Any] = []
+    try:
+        kept.extend(made)
+    except Exception as exc:  # whatever torch's generator raises
+        return kept, f"CPU raises {type(exc).__name__} (making the samples: {str(exc)[:120]})"
+    return kept, None
 
 
 @dataclass
