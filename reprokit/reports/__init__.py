@@ -15,7 +15,7 @@ from reprokit.records.folder import ISSUES, VariantFolder
 from reprokit.records.report import BUNDLE, REPORT_HTML, REPORT_JSON, REPORT_MD
 from reprokit.reports import ops
 from reprokit.reports.build import build_report, headline, problems
-from reprokit.reports.bundle import public_layout, write_bundle
+from reprokit.reports.bundle import environments, write_bundle
 from reprokit.reports.hint import minimize_hint
 from reprokit.reports.markdown import markdown
 from reprokit.reports.model import Issue
@@ -48,7 +48,7 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = build_report(summary, run_dir)
-    public = _public(Path(run_dir))
+    public = _public(summary, Path(run_dir))
     written = []
     if formats in ("md", "all"):
         written.append(_write(out_dir / REPORT_MD, public_paths(markdown(report), **public)))
@@ -66,7 +66,7 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
         for one in report.issues:
             text = public_paths(markdown(replace(report, issue=one)), **public)
             written.append(_write(out_dir / ISSUES / f"{one.name}.md", text))
-    written += _model_reports(summary, Path(run_dir), out_dir, formats)  # reprokit sweep
+    written += _model_reports(summary, Path(run_dir), out_dir, formats, public)  # reprokit sweep
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
     found = report.issue
     title = redact_text(found.title).replace("`", "") if found else None
@@ -94,12 +94,13 @@ def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str |
     return minimize_hint(run_dir, variant.label)  # quoted: pasted into a shell as it is
 
 
-def _model_reports(summary: RunSummary, run_dir: Path, out_dir: Path, formats: str) -> list[Path]:
+def _model_reports(
+    summary: RunSummary, run_dir: Path, out_dir: Path, formats: str, public: dict[str, Any]
+) -> list[Path]:
     """A sweep's model by model reports (reprokit.reports.sweep), in OUT_DIR/models/NAME/."""
     from reprokit.reports.sweep import model_summaries
 
     written = []
-    public = _public(run_dir)
     for folder, part in model_summaries(summary, run_dir):
         report = build_report(part, run_dir, model=True)
         (out_dir / folder).mkdir(parents=True, exist_ok=True)
@@ -114,12 +115,12 @@ def _model_reports(summary: RunSummary, run_dir: Path, out_dir: Path, formats: s
     return written
 
 
-def _public(run_dir: Path) -> dict[str, Any]:
+def _public(summary: RunSummary, run_dir: Path) -> dict[str, Any]:
     """How the reports write paths: inside the run folder relative to it, the rest under ``~``
     or relative to where the command ran (a rerun command that works as pasted), and the Python
     environments as ``<venv>``, as the bundle says them."""
     home = user_home()
-    prefixes = public_layout(run_dir, home)["prefixes"]
+    prefixes = environments(list(summary.argv), home)
     return {"run_dir": run_dir, "home": home, "cwd": Path.cwd(), "prefixes": prefixes}
 
 

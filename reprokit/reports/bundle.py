@@ -137,7 +137,7 @@ def public_layout(run_dir: Path, home: Path | None) -> dict[str, Any]:
     folder, where that is the user's own (not ``/``, ``/tmp``, home or a folder above it), and
     each one that is not (the run folder's parent too, where no other is) by its own name."""
     argv, folders = _recorded(run_dir)
-    prefixes = _environments(argv, home)
+    prefixes = environments(argv, home)
     runs = Path(os.path.abspath(run_dir)).parent
     mine = [f for f in folders if not _inside(f, [Path(os.path.abspath(run_dir)), *prefixes])]
     near = [f for f in mine if _own(Path(os.path.commonpath([runs, f])), home)]
@@ -177,7 +177,7 @@ def _strings(data: object) -> Iterator[str]:
             yield data
 
 
-def _environments(argv: list[str], home: Path | None) -> list[Path]:
+def environments(argv: list[str], home: Path | None) -> list[Path]:
     """This Python environment, where it is a virtual one or the user's own (under home), and
     the one the run's ``reprokit`` belongs to (``<venv>/bin/reprokit``)."""
     found = []
