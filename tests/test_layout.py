@@ -463,9 +463,54 @@ def test_the_length_check_finds_a_long_function():
 
 
 def test_the_op_sweeps_package_only_hands_names_on():
-    """tools/ops/__init__.py names what the package offers; the harness is harness.py."""
+    """tools/ops/__init__.py names what the package offers; the harness is harness/sweep.py."""
     tree = ast.parse((PACKAGE / "tools" / "ops" / "__init__.py").read_text("utf-8"))
     kinds = {type(node).__name__ for node in tree.body}
     assert kinds <= {"Expr", "ImportFrom", "Assign"}, kinds  # docstring, imports, __all__
     assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
     assert assigned == ["__all__"]
+
+
+OPS = "reprokit.tools.ops"
+
+
+def side_crossings(graph: dict[str, set[str]], torch_imports: dict[str, set[str]]) -> list[str]:
+    """Imports across the op sweep's process boundary: the harness importing the worker's side
+    or torch, the worker importing the harness. Between them only records/ and trigger.py."""
+    crossed = []
+    for name, targets in graph.items():
+        for this, other in (("harness", ".worker"), ("worker", ".harness")):
+            if name.startswith(f"{OPS}.{this}"):
+                crossed += [f"{name} imports {t}" for t in targets if t.startswith(OPS + other)]
+    for name, torches in torch_imports.items():
+        if name.startswith(f"{OPS}.harness"):
+            crossed += [f"{name} imports {t}" for t in torches]
+    return sorted(crossed)
+
+
+def torch_imports() -> dict[str, set[str]]:
+    """Module -> the torch modules it imports anywhere (late imports too)."""
+    found: dict[str, set[str]] = {}
+    for path in (PACKAGE / "tools" / "ops").rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found.setdefault(name, set()).update(n for n in names if n.split(".")[0] == "torch")
+    return found
+
+
+def test_the_op_sweeps_harness_and_worker_meet_only_in_records_and_the_trigger():
+    graph = import_graph()
+    assert any(name.startswith(f"{OPS}.worker.") for name in graph)  # the sides exist
+    assert any(name.startswith(f"{OPS}.harness.") for name in graph)
+    assert side_crossings(graph, torch_imports()) == []
+
+
+def test_the_side_check_finds_a_crossing():
+    graph = {f"{OPS}.harness.groups": {f"{OPS}.worker.judge", f"{OPS}.trigger"},
+             f"{OPS}.worker.judge": {"reprokit.records.ops"}}  # fmt: skip
+    assert side_crossings(graph, {f"{OPS}.harness.pool": {"torch"}}) == [
+        f"{OPS}.harness.groups imports {OPS}.worker.judge",
+        f"{OPS}.harness.pool imports torch",
+    ]

@@ -188,7 +188,7 @@ def _environments(env: list[str] | None, releases: str | None) -> list[EnvSpec]:
 def _across(names: list[str], envs: list[EnvSpec], folder: Path, how: dict) -> ExitCode:
     """The sweep in each environment, merged into the op x release table; its exit code."""
     from reprokit.reports.ops_releases import headline, shown, since
-    from reprokit.tools.ops.releases import InterruptedReleases, sweep_releases
+    from reprokit.tools.ops.harness.releases import InterruptedReleases, sweep_releases
 
     try:
         table = sweep_releases(names, envs, out_dir=folder, **how)

@@ -15,7 +15,8 @@ from reprokit.records._json import from_json, write_json
 
 OPS = "ops.json"
 # stale-graph: right alone, wrong right after a call with other non-tensor arguments (the
-# witness's ``arg`` names them): the graph compiled for that call reused (tools/ops/stale.py)
+# witness's ``arg`` names them): the graph compiled for that call reused
+# (tools/ops/harness/stale.py)
 KINDS = ("value", "nan-inf", "dtype", "shape", "error", "crash", "hang", "stale-graph")
 
 
@@ -87,11 +88,11 @@ class OpsSweep:
     cached: int = 0  # of them, those whose samples came from the results cache
     timings: dict[str, float] = field(default_factory=dict)  # seconds: samples, repros alone
     # Pairs of calls checked for a reused compiled graph: ops_checked, probes, candidates,
-    # rechecked, found (tools/ops/stale.py); {} in files older than the check
+    # rechecked, found (tools/ops/harness/stale.py); {} in files older than the check
     stale_graph: dict[str, int] = field(default_factory=dict)
     # Differences a half type's rounding explains, apart from the groups: one per op and pass,
     # with dtypes, samples, size in ulps, the dtype kept for intermediates and a witness
-    # (tools/ops/precision.py); [] in older files
+    # (tools/ops/worker/precision.py); [] in older files
     precision: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:

@@ -62,8 +62,9 @@ def test_a_forward_and_its_gradient_are_one_issue_with_the_repros_values(tmp_pat
     (issue,) = root_issues(variant, tmp_path)
     assert issue.title == ("float16 `softplus` on XLA returns inf where CPU and float64 give "
                            "3.85547, and a gradient of NaN where CPU's is 1")  # fmt: skip
-    assert "its gradient, by autograd, is NaN where CPU's is 1 (1024 of 1024 elements)" in (
-        issue.bug[0]
+    assert (
+        "its gradient, by autograd, is NaN where CPU's is 1 (1024 of 1024 elements)"
+        in (issue.bug[0])
     )
     assert "of float16 32x32:" in issue.bug[0]  # the forward's input, not the backward's two
     assert "`grad.fc.weight`" in issue.bug[0] and issue.name == "softplus_nan_inf"
@@ -97,8 +98,11 @@ def test_the_record_reads_what_the_repro_printed_and_is_made_anew_for_another_ru
     recorded(tmp_path, variant)
     (repro,) = read_index(tmp_path / variant.label)
     forward, gradient = repro.seen()
-    assert (forward.name, forward.differs, forward.counts) == ("softplus", True,
-                                                                "1024 of 1024 elements")
+    assert (forward.name, forward.differs, forward.counts) == (
+        "softplus",
+        True,
+        "1024 of 1024 elements",
+    )
     assert gradient.rows == (("[0, 0]", "1", "0.999991", "nan"),)
     assert repro.shows
     assert read_index(tmp_path / variant.label, "another digest") is None

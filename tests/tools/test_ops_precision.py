@@ -1,5 +1,5 @@
-"""Precision apart from bugs (tools/ops/precision.py, docs/ops.md): the bound on a half type's
-rounding, unit by unit (ulps, the bound scaled to the terms, which does not collapse when CPU
+"""Precision apart from bugs (tools/ops/worker/precision.py, docs/ops.md): the bound on a half
+type's rounding, unit by unit (ulps, the bound scaled to the terms, which does not collapse when CPU
 is exact, the terms from the op's Jacobian, the dtype of the intermediates); the float32 re-run
 on real XLA:CPU deciding; and a real sweep where trapezoid and interpolate's area mode are
 precision, listed apart, while upsampling's 12% error, softplus's inf and poisson_nll_loss's
@@ -21,7 +21,7 @@ from reprokit.comparison.tensors import compare_tensor
 from reprokit.records.ops import OPS as OPS_JSON
 from reprokit.records.ops import read_ops
 from reprokit.reports.ops import REPORT, markdown
-from reprokit.tools.ops import precision
+from reprokit.tools.ops.worker import precision
 
 F16, BF16 = torch.float16, torch.bfloat16
 
@@ -111,8 +111,8 @@ def test_intermediates_are_float32_where_the_result_is_its_float32_run_rounded()
 JUDGED = """
 import json, torch
 from torch.testing._internal.common_methods_invocations import op_db
-from reprokit.tools.ops import judge, precision
-from reprokit.tools.ops.worker import _device, _fallbacks
+from reprokit.tools.ops.worker import judge, precision
+from reprokit.tools.ops.worker.main import _device, _fallbacks
 device, fallbacks = _device("xla"), _fallbacks("xla")
 op = next(o for o in op_db if o.name == "trapezoid")
 # trapezoid's samples in float16 whose XLA result is not CPU's bit for bit
@@ -160,8 +160,8 @@ GROWS = """
 import json, torch
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.opinfo.core import SampleInput
-from reprokit.tools.ops import judge
-from reprokit.tools.ops.worker import _device, _fallbacks
+from reprokit.tools.ops.worker import judge
+from reprokit.tools.ops.worker.main import _device, _fallbacks
 device, fallbacks = _device("xla"), _fallbacks("xla")
 op = next(o for o in op_db if o.name == "nn.functional.avg_pool1d")
 found = {}

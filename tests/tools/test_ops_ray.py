@@ -26,9 +26,9 @@ from reprokit.records.folder import WORKER_ANSWERS, WORKER_JOB
 from reprokit.records.ops import Group, OpsSweep, read_ops
 from reprokit.records.ops_releases import HTML, MARKDOWN, NOT_SWEPT, read_ops_releases
 from reprokit.reports.ops_releases import shown, since, write_reports
-from reprokit.tools.ops.cluster import SCRATCH
-from reprokit.tools.ops.releases import merge
-from reprokit.tools.ops.worker import HANG
+from reprokit.tools.ops.harness.cluster import SCRATCH
+from reprokit.tools.ops.harness.releases import merge
+from reprokit.tools.ops.worker.main import HANG
 
 OPS = ["nn.functional.softplus", "mean", "roll"]
 ACTOR = b"ray::_Held"  # the process title Ray gives an actor of runner/processes/ray_actors.py

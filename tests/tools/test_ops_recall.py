@@ -22,7 +22,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.opinfo.core import SampleInput
 
 from reprokit.records.ops import read_ops
-from reprokit.tools.ops import dtypes, forms, reference, samples
+from reprokit.tools.ops.worker import dtypes, forms, reference, samples
 
 
 def _op(name: str):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from reprokit.records.ops import read_ops
-from reprokit.tools.ops.worker import HANG
+from reprokit.tools.ops.worker.main import HANG
 
 TIMEOUT = 3  # seconds a sample may take here
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from reprokit.records.ops import Group
-from reprokit.tools.ops.groups import _known
+from reprokit.tools.ops.harness.groups import _known
 
 
 def group(op: str, kind: str, variant: str = "", dtypes=("float32",), grad=False) -> Group:

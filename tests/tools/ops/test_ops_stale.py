@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from reprokit.records.ops import OpsSweep, read_ops
-from reprokit.tools.ops import stale
-from reprokit.tools.ops.repro import title
+from reprokit.tools.ops.harness import stale
+from reprokit.tools.ops.harness.repro import title
 
 
 def candidate(sample: int, *, probe: bool = False, args=("divisor_override",)) -> dict:

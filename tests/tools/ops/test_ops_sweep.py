@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reprokit.records.ops import Group, read_ops
-from reprokit.tools.ops import repro
+from reprokit.tools.ops.harness import repro
 
 OPS = ["nn.functional.softplus", "abs", "nonzero", "roll", "nn.functional.silu", "to_sparse"]
 

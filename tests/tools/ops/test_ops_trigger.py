@@ -15,7 +15,7 @@ import pytest
 from reprokit.records.ops import Group, read_ops
 from reprokit.reports.ops import said
 from reprokit.tools.ops import trigger
-from reprokit.tools.ops.repro import title
+from reprokit.tools.ops.harness.repro import title
 from reprokit.tools.ops.trigger import Rule, Score
 
 

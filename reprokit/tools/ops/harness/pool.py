@@ -1,4 +1,4 @@
-"""The sweep's workers: a few long-lived processes (``worker.py``), each forked from the warm
+"""The sweep's workers: a few long-lived processes (``worker/main.py``), each forked from the warm
 server that imported torch and torch_xla (runner/processes/warm.py, as a stage is) and driven like a
 stage (runner/processes/procs.py: its own group, capped logs, TERM then KILL on a stop). Each gets a
 batch of tasks (an op in a dtype, forward or backward, OpInfo's or the edge samples) and
@@ -27,8 +27,8 @@ from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import Launch
 from reprokit.runner.processes.warm import WarmExecutor
 
-WORKER = Path(__file__).with_name("worker.py")
-SOURCE = Path(__file__).parents[3]  # the folder holding the reprokit package
+WORKER = Path(__file__).parents[1] / "worker" / "main.py"
+SOURCE = Path(__file__).parents[4]  # the folder holding the reprokit package
 BATCH = 6  # tasks a worker is fed at once (an op's three dtypes, OpInfo's and the edge samples)
 POLL = 0.05  # seconds between looks at a worker's answers
 RESTARTS = 200  # new workers one batch may take (one per crash) before the rest is refused

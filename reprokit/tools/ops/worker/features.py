@@ -24,9 +24,9 @@ import torch
 from torch.testing._internal.opinfo.core import SampleInput
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-import reprokit.tools.ops.judge as judge
-import reprokit.tools.ops.samples as samples
 import reprokit.tools.ops.trigger as trigger
+import reprokit.tools.ops.worker.judge as judge
+import reprokit.tools.ops.worker.samples as samples
 
 CHUNKS = ("chunks", "num_chunks", "sections")  # arguments that are a chunk count
 _NAMES: dict[tuple[str, str, int], list[str]] = {}

@@ -35,7 +35,7 @@ from typing import Any
 from reprokit.infra.caching import Store
 from reprokit.runner.options import Options
 from reprokit.runner.processes.ray_actors import RayActors, why
-from reprokit.tools.ops.pool import BATCH, TICK, Pool, Task
+from reprokit.tools.ops.harness.pool import BATCH, TICK, Pool, Task
 
 AHEAD = 2  # batches a slot holds at once: one its worker is on, the next waiting for it
 LOSSES = 2  # lost actors a task may be under before it is refused

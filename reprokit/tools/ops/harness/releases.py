@@ -36,7 +36,7 @@ from reprokit.records.ops_releases import (
 )
 from reprokit.reports.ops_releases import write_reports
 from reprokit.runner.options import Options
-from reprokit.tools.ops.harness import OpsInterrupted, sweep_ops
+from reprokit.tools.ops.harness.sweep import OpsInterrupted, sweep_ops
 
 NEEDED = "expecttest"  # torch's OpInfo database imports it; no release's torch requires it
 

@@ -14,9 +14,9 @@ import torch
 from torch.testing._comparison import default_tolerances
 from torch.utils._pytree import tree_leaves, tree_map
 
-import reprokit.tools.ops.explain as explain
-import reprokit.tools.ops.precision as precision
-import reprokit.tools.ops.reference as reference
+import reprokit.tools.ops.worker.explain as explain
+import reprokit.tools.ops.worker.precision as precision
+import reprokit.tools.ops.worker.reference as reference
 from reprokit.comparison.tensors import compare_tensor
 
 # Ops whose integer results are indices chosen among equal values (any is right): with ties in

@@ -14,9 +14,9 @@ from torch.testing._comparison import default_tolerances
 from torch.testing._internal.opinfo.core import ReductionOpInfo, SampleInput
 from torch.utils._pytree import tree_leaves
 
-import reprokit.tools.ops.precision as precision
+import reprokit.tools.ops.worker.precision as precision
 from reprokit.comparison.tensors import compare_tensor
-from reprokit.tools.ops.samples import FILLED, REDUCING
+from reprokit.tools.ops.worker.samples import FILLED, REDUCING
 
 
 def inputs(sample: Any) -> list[torch.Tensor]:

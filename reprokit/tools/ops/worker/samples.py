@@ -20,7 +20,7 @@ import torch
 from torch.testing._internal.opinfo.core import ReductionOpInfo, SampleInput, UnaryUfuncInfo
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-import reprokit.tools.ops.forms as forms
+import reprokit.tools.ops.worker.forms as forms
 
 SEED = 0  # torch.manual_seed before each op's samples: the same samples in every process
 LARGE = 70_000  # elements of the large reduction sample: past 2^16, where fp16 counts overflow

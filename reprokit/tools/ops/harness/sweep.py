@@ -3,7 +3,7 @@ cache, the workers driven (pool.py here, cluster.py on Ray), the groups, their s
 triggers and repros run alone, ops.json and the report.
 
 The harness stays torch-free: the OpInfos are listed, and every sample run and judged, in the
-workers (pool.py, worker.py); here are the results cache (one entry per task: an op in a dtype,
+workers (pool.py, ../worker/); here are the results cache (one entry per task: an op in a dtype,
 forward or backward, OpInfo's or the edge samples), the groups and the report.
 """
 
@@ -20,35 +20,29 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import reprokit.tools.ops.confirm as confirm
-import reprokit.tools.ops.groups as grouping
-import reprokit.tools.ops.stale as stale
+import reprokit.tools.ops.harness.confirm as confirm
+import reprokit.tools.ops.harness.groups as grouping
+import reprokit.tools.ops.harness.stale as stale
 from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
 from reprokit.records.ops import OpsSweep, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
-from reprokit.tools.ops.pool import Pool, Task
+from reprokit.tools.ops.harness.pool import Pool, Task
 
 DTYPES = ("float32", "bfloat16", "float16")
 ALL_DTYPES = ("float32", "bfloat16", "float16", "int32", "int64", "bool")
 BACKENDS = ("xla",)  # torchax: not in torch_xla's environment (docs/ops.md)
 SAMPLE_TIMEOUT = 30.0  # seconds one sample may take before its worker is killed: a hang
-HERE = Path(__file__).parent
-# What a task's verdicts depend on besides torch's and torch_xla's releases
+OPS = Path(__file__).parents[1]
+# What a task's verdicts depend on besides torch's and torch_xla's releases: the worker's side
+# of the package (precision.py tells a half type's rounding from a bug; reference.py, forms.py
+# and dtypes.py are recall, docs/ops.md), the trigger it chooses new samples by, and the
+# comparison of tensors it judges with
 SOURCES = [
-    HERE / "worker.py",
-    HERE / "judge.py",
-    HERE / "explain.py",
-    HERE / "samples.py",
-    HERE / "features.py",
-    HERE / "trigger.py",
-    HERE / "pairs.py",
-    HERE / "precision.py",  # a half type's rounding told from a bug
-    HERE / "reference.py",  # recall (docs/ops.md): the reference's defaults, call forms, dtypes
-    HERE / "forms.py",
-    HERE / "dtypes.py",
-    HERE.parent.parent / "comparison" / "tensors.py",
+    *sorted((OPS / "worker").glob("*.py")),
+    OPS / "trigger.py",
+    OPS.parent.parent / "comparison" / "tensors.py",
 ]
 WITNESS = "ops-witness"  # the cache's folder of the witnesses' large tensors
 
@@ -214,7 +208,7 @@ _TORCHAX = (
 def _pool(options: Options, scratch: Path, witness: Path, **how: Any) -> Pool:
     """The sweep's workers: here, or on a Ray cluster (``--executor ray``: cluster.py)."""
     if options.executor == "ray":  # imported only then: Ray is an optional extra
-        from reprokit.tools.ops.cluster import RayPool
+        from reprokit.tools.ops.harness.cluster import RayPool
 
         return RayPool(options, scratch, witness, **how)  # type: ignore[return-value]
     return Pool(options, scratch, witness, **how)

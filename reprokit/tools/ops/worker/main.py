@@ -1,4 +1,4 @@
-"""The sweep's worker: ``python worker.py JOB.json OUT.jsonl``, one long-lived process that
+"""The sweep's worker: ``python main.py JOB.json OUT.jsonl``, one long-lived process that
 judges many samples (forked from a warm server that imported torch and torch_xla already:
 runner/processes/warm.py). JOB.json says what to do:
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-if sys.path and sys.path[0].endswith("ops"):
+if sys.path and sys.path[0].endswith("worker"):
     del sys.path[0]  # this folder: samples.py must not shadow another module of that name
 
 import hashlib
@@ -36,11 +36,11 @@ from typing import IO, Any
 
 import torch
 
-import reprokit.tools.ops.dtypes as dtype_sets
-import reprokit.tools.ops.features as features
-import reprokit.tools.ops.judge as judge
-import reprokit.tools.ops.pairs as pairs
-import reprokit.tools.ops.samples as samples
+import reprokit.tools.ops.worker.dtypes as dtype_sets
+import reprokit.tools.ops.worker.features as features
+import reprokit.tools.ops.worker.judge as judge
+import reprokit.tools.ops.worker.pairs as pairs
+import reprokit.tools.ops.worker.samples as samples
 
 POLL = 0.02  # seconds between looks for the driver's next batch
 # Tests only: ``OP:SAMPLE`` makes that sample of that OpInfo hang (in every dtype), so that a

@@ -31,7 +31,7 @@ import torch
 from torch.testing._internal.opinfo.core import SampleInput
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-import reprokit.tools.ops.judge as judge
+import reprokit.tools.ops.worker.judge as judge
 
 MOST_PROBES = 8  # argument slots changed per op and dtype
 MOST_ELEMENTS = 4096  # a probe's base sample holds at most this many elements

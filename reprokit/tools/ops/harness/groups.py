@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import reprokit.tools.ops.repro as repro
+import reprokit.tools.ops.harness.repro as repro
 from reprokit.infra import known
 from reprokit.infra.caching import Store, file_digest
 from reprokit.records.folder import SCRIPT
@@ -116,7 +116,7 @@ def _known(group: Group, witness: dict[str, Any]) -> str:
 
 
 def precision(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ``precision`` records (tools/ops/precision.py) listed apart from the groups: one
+    """The ``precision`` records (tools/ops/worker/precision.py) listed apart from the groups: one
     entry per op, variant, backend and pass, with its dtypes, samples, the largest size in ulps
     (XLA's and CPU's at the terms' magnitude, XLA's at the result), the dtype XLA and CPU keep
     their intermediates in, per dtype, and the witness of the largest; ``differs``: the op's
