@@ -1,5 +1,5 @@
 """Long-lived objects on a Ray cluster, one per slot: what keeps warm worker processes on each
-node (the op sweep's workers: tools/ops/cluster.py), where a stage is one Ray task
+node (the op sweep's workers: tools/ops/harness/cluster.py), where a stage is one Ray task
 (ray_executor.py).
 
 Each slot is a Ray actor of one CPU that builds its object on its node (``make(python,
