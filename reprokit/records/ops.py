@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,90 @@ OPS = "ops.json"
 # witness's ``arg`` names them): the graph compiled for that call reused
 # (tools/ops/harness/stale.py)
 KINDS = ("value", "nan-inf", "dtype", "shape", "error", "crash", "hang", "stale-graph")
+
+
+VERDICTS = ("match", "differs", "precision", "skip", "platform", "cpu_wrong")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One OpInfo sample judged on one backend: the record the op sweep's two sides share. The
+    worker (tools/ops/worker/main.py, with torch) answers the fields from ``sample`` on, one
+    JSON line; the harness (tools/ops/harness/, torch-free) stamps the task's fields and reads
+    nothing else. ops.json keeps one per sample, without its source."""
+
+    # The task (the harness's stamp): an op in a dtype on a backend, forward or backward,
+    # OpInfo's samples or the edge values'
+    op: str
+    variant: str
+    dtype: str
+    backend: str
+    grad: bool
+    edge: bool
+    # The worker's answer
+    sample: int  # its index among the task's samples; -1: the task's own (not run, refused)
+    verdict: str  # one of VERDICTS
+    inplace: bool = False  # the op's in-place variant, forward
+    kind: str = ""  # differs: one of KINDS
+    detail: str = ""  # differs, cpu_wrong: the difference in one line
+    reason: str = ""  # skip, platform: why
+    note: str = ""  # match: how it was compared ("index ties: values compared")
+    ties: bool = False  # match: an index result tied, its values compared
+    described: dict[str, Any] = field(default_factory=dict)  # tensors, kwargs, numel, features
+    leaf: int = 0  # the result judged (of a tuple, of the gradients)
+    seconds: float = 0.0
+    owner: str = ""  # "torch": CPU itself far from float64 there
+    cause: str = ""  # the op whose divergence this is, named there ("mean" of a loss)
+    code: dict[str, Any] | None = None  # its source for a repro (A, K, G, saved; or unwritable)
+    # A stale-graph candidate (worker/pairs.py): ``stale`` says the earlier sample whose graph
+    # explains XLA's answer (after) and the arguments that differ (args); ``pair`` both calls'
+    # source. A probe (one argument changed on sample ``base``) is kept only as such a pair.
+    stale: dict[str, Any] = field(default_factory=dict)
+    pair: dict[str, Any] | None = None
+    probe: bool = False
+    base: int | None = None
+    arg: str = ""  # confirmed (harness/stale.py): the arguments the reused graph ignores
+    was: str = ""  # and the kind the sweep gave it first
+    # precision (worker/precision.py): XLA's and CPU's sizes in ulps at the terms' magnitude,
+    # XLA's at the result, the share of the bound used, the dtypes intermediates are kept in
+    ulps: float = 0.0
+    cpu_ulps: float = 0.0
+    result_ulps: float = 0.0
+    of_bound: float = 0.0
+    intermediates: str = ""
+    cpu_intermediates: str = ""
+    terms: str = ""  # how the terms were taken (the Jacobian, or estimated from below)
+
+    @property
+    def differs(self) -> bool:
+        return self.verdict == "differs"
+
+    def to_json(self) -> dict[str, Any]:
+        """The task's fields and the verdict always, the others where they are not empty:
+        the JSON line and the record of ops.json the sweep has always written."""
+        kept = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _ALWAYS or value != _EMPTY[f.name]:
+                kept[f.name] = value
+        return kept
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Sample:
+        return from_json(cls, data)
+
+    @classmethod
+    def stamped(cls, task: Mapping[str, Any], answer: Mapping[str, Any]) -> Sample:
+        """The worker's ``answer`` of one sample of ``task`` (op, variant, dtype, backend,
+        grad, edge, inplace)."""
+        return from_json(cls, {**answer, **task})
+
+
+_ALWAYS = ("op", "variant", "dtype", "backend", "grad", "edge", "sample", "verdict")
+_EMPTY = {
+    f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+    for f in fields(Sample)
+}
 
 
 @dataclass(frozen=True)
@@ -83,7 +167,7 @@ class OpsSweep:
     platform: dict[str, Any] = field(default_factory=dict)  # subnormal flushing: count, ops
     cpu_wrong: list[dict[str, Any]] = field(default_factory=list)  # torch's own kernel off
     groups: tuple[Group, ...] = ()
-    records: list[dict[str, Any]] = field(default_factory=list)  # every sample's verdict
+    records: list[Sample] = field(default_factory=list)  # every sample's verdict
     tasks: int = 0  # ops x dtypes x passes x sample sets (OpInfo's, the edge values')
     cached: int = 0  # of them, those whose samples came from the results cache
     timings: dict[str, float] = field(default_factory=dict)  # seconds: samples, repros alone
@@ -96,19 +180,23 @@ class OpsSweep:
     precision: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self) | {"backends": list(self.backends), "dtypes": list(self.dtypes)}
-        return data | {"groups": [g.to_json() for g in self.groups]}
+        data = asdict(replace(self, groups=(), records=[]))  # those two are written below
+        data |= {"backends": list(self.backends), "dtypes": list(self.dtypes)}
+        records = [r.to_json() for r in self.records]
+        return data | {"groups": [g.to_json() for g in self.groups], "records": records}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> OpsSweep:
         groups = tuple(Group.from_json(g) for g in data.get("groups", ()))
-        return replace(from_json(cls, data, backends=tuple, dtypes=tuple), groups=groups)
+        records = [Sample.from_json(r) for r in data.get("records", ())]
+        sweep = from_json(cls, data, backends=tuple, dtypes=tuple)
+        return replace(sweep, groups=groups, records=records)
 
     def counts(self) -> dict[str, int]:
         """Samples by verdict."""
         found: dict[str, int] = {}
         for record in self.records:
-            found[record["verdict"]] = found.get(record["verdict"], 0) + 1
+            found[record.verdict] = found.get(record.verdict, 0) + 1
         return found
 
 

@@ -190,8 +190,8 @@ def family(op: str) -> str:
 def _families(sweep: OpsSweep) -> list[str]:
     table: dict[str, dict[str, int]] = {}
     for record in sweep.records:
-        row = table.setdefault(family(record["op"]), {})
-        row[record["verdict"]] = row.get(record["verdict"], 0) + 1
+        row = table.setdefault(family(record.op), {})
+        row[record.verdict] = row.get(record.verdict, 0) + 1
     kinds: dict[str, dict[str, int]] = {}
     for g in sweep.groups:
         row = kinds.setdefault(family(g.op), {})

@@ -223,7 +223,7 @@ def test_precision_is_listed_apart_and_bugs_stay_groups(swept):
     # the real bugs: 12% off in bilinear upsampling, softplus's inf where CPU is finite
     assert ("nn.functional.interpolate", "bilinear", "value") in grouped
     assert ("nn.functional.softplus", "", "nan-inf") in grouped
-    assert sum(r["verdict"] == "precision" for r in sweep.records) == sum(
+    assert sum(r.verdict == "precision" for r in sweep.records) == sum(
         p["samples"] for p in sweep.precision
     )
 

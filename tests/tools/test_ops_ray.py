@@ -65,10 +65,7 @@ def both(tmp_path_factory):
 
 
 def verdicts(sweep: OpsSweep) -> set[tuple]:
-    return {
-        (r["op"], r["dtype"], r["sample"], r["verdict"], r.get("kind"), r.get("reason"))
-        for r in sweep.records
-    }
+    return {(r.op, r.dtype, r.sample, r.verdict, r.kind, r.reason) for r in sweep.records}
 
 
 def test_the_ray_sweep_gives_the_local_groups(both):
@@ -88,12 +85,12 @@ def test_a_sample_that_kills_its_ray_worker_is_a_crash_and_the_sweep_goes_on(bot
     (crash,) = [g for g in ray.groups if g.op == "roll"]
     assert crash.kind == "crash" and "SIGFPE" in crash.witness["detail"], said
     assert crash.witness["described"]["tensors"]  # named: which sample it was
-    rolled = [r for r in ray.records if r["op"] == "roll"]
-    after = [r for r in rolled if r["sample"] > crash.witness["sample"]]
-    assert any(r["verdict"] == "match" for r in after)  # judged in a new worker
-    crashes = [r for r in rolled if r.get("kind") == "crash"]  # each empty tensor, its worker
-    assert all("SIGFPE" in r["detail"] for r in crashes)
-    assert len({r["sample"] for r in crashes}) == len(crashes)  # each sample judged once
+    rolled = [r for r in ray.records if r.op == "roll"]
+    after = [r for r in rolled if r.sample > crash.witness["sample"]]
+    assert any(r.verdict == "match" for r in after)  # judged in a new worker
+    crashes = [r for r in rolled if r.kind == "crash"]  # each empty tensor, its worker
+    assert all("SIGFPE" in r.detail for r in crashes)
+    assert len({r.sample for r in crashes}) == len(crashes)  # each sample judged once
     assert "roll float16 forward crash" in said
 
 
@@ -138,11 +135,11 @@ def test_a_ray_actor_killed_mid_sample_loses_only_its_tasks(tmp_path):
     assert killed, said
     assert code == 1, said
     sweep = read_ops(tmp_path / "out")
-    added = [r for r in sweep.records if r["op"] == "add"]
-    assert [(r["sample"], r["kind"]) for r in added if r["verdict"] == "differs"] == [(1, "hang")]
-    assert {0, 2} <= {r["sample"] for r in added if r["verdict"] == "match"}
-    assert all(r["verdict"] == "match" for r in sweep.records if r["op"] == "neg")
-    assert not [r for r in sweep.records if "lost" in r.get("reason", "")]  # once: run again
+    added = [r for r in sweep.records if r.op == "add"]
+    assert [(r.sample, r.kind) for r in added if r.verdict == "differs"] == [(1, "hang")]
+    assert {0, 2} <= {r.sample for r in added if r.verdict == "match"}
+    assert all(r.verdict == "match" for r in sweep.records if r.op == "neg")
+    assert not [r for r in sweep.records if "lost" in r.reason]  # once: run again
 
 
 def hanging(cache: Path) -> bool:

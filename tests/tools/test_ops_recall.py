@@ -67,10 +67,10 @@ def test_nan_in_a_number_out_is_a_group_for_threshold_and_softshrink(edge):
 
 def test_an_op_whose_arguments_are_required_gets_its_edge_line_with_them(edge):
     folder, _ = edge
-    threshold = [r for r in read_ops(folder).records if r["op"] == "nn.functional.threshold"]
-    assert not [r for r in threshold if "TypeError" in r.get("reason", "")]
-    lines = [r for r in threshold if r["edge"] and r.get("described", {}).get("tensors")]
-    assert any(r["described"]["tensors"][0].endswith("[45]") for r in lines)
+    threshold = [r for r in read_ops(folder).records if r.op == "nn.functional.threshold"]
+    assert not [r for r in threshold if "TypeError" in r.reason]
+    lines = [r for r in threshold if r.edge and r.described.get("tensors")]
+    assert any(r.described["tensors"][0].endswith("[45]") for r in lines)
 
 
 def test_bfloat16_nan_to_num_is_xlas_group_and_cpu_is_not_blamed(edge):

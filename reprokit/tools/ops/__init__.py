@@ -10,8 +10,9 @@ Two sides of a process boundary, one subpackage each, and what passes between th
 - worker/ (torch imported, in a child forked from the warm server): main.py is the child;
   samples.py, forms.py and dtypes.py make the samples; judge.py, reference.py, precision.py
   and explain.py judge them; pairs.py and features.py make the stale-graph and trigger samples.
-- Between them: the worker's JSON lines, and trigger.py, pure, which the harness learns a
-  trigger with and the worker chooses a trigger's new samples by.
+- Between them: records/ops.py's :class:`~reprokit.records.ops.Sample`, one judged sample as
+  the worker answers it and the harness reads it; and trigger.py, pure, which the harness
+  learns a trigger with and the worker chooses a trigger's new samples by.
 """
 
 from reprokit.tools.ops.harness.sweep import (

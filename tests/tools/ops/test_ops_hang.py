@@ -33,14 +33,14 @@ def test_a_hanging_sample_is_killed_named_and_the_sweep_goes_on(tmp_path):
     seconds = time.monotonic() - begun
     assert done.returncode == 1, done.stdout + done.stderr
     sweep = read_ops(out)
-    added = [r for r in sweep.records if r["op"] == "add"]
-    hung = [r for r in added if r["verdict"] == "differs"]
-    assert [(r["sample"], r["kind"]) for r in hung] == [(1, "hang")]
-    assert "past the sample's timeout" in hung[0]["detail"]
-    assert hung[0]["described"]["tensors"]  # named: which sample it was
-    judged = {r["sample"] for r in added if r["verdict"] == "match"}
+    added = [r for r in sweep.records if r.op == "add"]
+    hung = [r for r in added if r.verdict == "differs"]
+    assert [(r.sample, r.kind) for r in hung] == [(1, "hang")]
+    assert "past the sample's timeout" in hung[0].detail
+    assert hung[0].described["tensors"]  # named: which sample it was
+    judged = {r.sample for r in added if r.verdict == "match"}
     assert 0 in judged and 2 in judged  # before the hang, and after it in a new worker
-    assert all(r["verdict"] == "match" for r in sweep.records if r["op"] == "neg")
+    assert all(r.verdict == "match" for r in sweep.records if r.op == "neg")
     (group,) = sweep.groups
     assert (group.op, group.kind, group.witness["sample"]) == ("add", "hang", 1)
     assert group.repro and (out / group.repro).is_file()  # its source was written

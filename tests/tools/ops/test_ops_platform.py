@@ -24,5 +24,5 @@ def test_subnormals_flushed_inside_an_op_are_the_platform_class_not_groups(tmp_p
     assert not sweep.groups
     flushed = sweep.platform["subnormal flushing"]
     assert set(flushed["ops"]) == {"__rdiv__", "atan2"}
-    assert flushed["samples"] == sum(r["verdict"] == "platform" for r in sweep.records)
-    assert any(r["verdict"] == "match" for r in sweep.records if r["op"] == "atan2")
+    assert flushed["samples"] == sum(r.verdict == "platform" for r in sweep.records)
+    assert any(r.verdict == "match" for r in sweep.records if r.op == "atan2")

@@ -12,32 +12,30 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from reprokit.records.ops import OpsSweep, read_ops
+from reprokit.records.ops import OpsSweep, Sample, read_ops
 from reprokit.tools.ops.harness import stale
 from reprokit.tools.ops.harness.repro import title
 
+TASK = {"variant": "", "dtype": "float32", "backend": "xla", "grad": False, "edge": False}
 
-def candidate(sample: int, *, probe: bool = False, args=("divisor_override",)) -> dict:
-    found = {
+
+def candidate(sample: int, *, probe: bool = False, args=("divisor_override",), pair=None) -> Sample:
+    found = TASK | {
         "op": "nn.functional.avg_pool2d",
-        "variant": "",
-        "dtype": "float32",
-        "backend": "xla",
-        "grad": False,
-        "edge": False,
         "sample": sample,
         "verdict": "differs",
         "kind": "value",
         "detail": "4/4 differ",
         "described": {"tensors": [f"float32[1, 1, {sample}, 4]"]},
         "stale": {"after": {"edge": False, "sample": 0}, "args": list(args)},
-        "pair": {"A0": "[T[0], 2]", "K0": "{}", "A": "[T[0], 3]", "K": "{}", "saved": None},
+        "pair": pair or {"A0": "[T[0], 2]", "K0": "{}", "A": "[T[0], 3]", "K": "{}", "saved": None},
     }
-    return found | ({"probe": True, "base": 0} if probe else {})
+    return Sample.from_json(found | ({"probe": True, "base": 0} if probe else {}))
 
 
 class Pool:
@@ -59,27 +57,29 @@ class Pool:
 def test_right_alone_and_wrong_after_is_a_stale_graph_the_rest_as_judged(tmp_path, monkeypatch):
     monkeypatch.setenv("REPROKIT_CACHE", str(tmp_path))
     shown, real, probe = candidate(1), candidate(2, args=("ceil_mode",)), candidate(3, probe=True)
-    for r, a in ((shown, "1"), (real, "2"), (probe, "3")):
-        r["pair"] = dict(r["pair"], A=f"[T[0], {a}]")
-    matched = {"op": "abs", "variant": "", "verdict": "match", "sample": 0}
-    failed_probe = {"op": "abs", "variant": "", "verdict": "match", "probe": True, "sample": 9}
+    shown, real, probe = (
+        replace(r, pair=dict(r.pair, A=f"[T[0], {a}]"))
+        for r, a in ((shown, "1"), (real, "2"), (probe, "3"))
+    )
+    matched = Sample.from_json(TASK | {"op": "abs", "verdict": "match", "sample": 0})
+    failed_probe = replace(matched, probe=True, sample=9)
     alone, after = {1: "match", 2: "differs", 3: "match"}, {1: "differs", 2: "differs", 3: "match"}
     pool = Pool(alone, after)
     kept, counts = stale.confirm([shown, real, probe, matched, failed_probe], pool=pool, jobs=2)
     first, second, third = kept  # the probe that did not show it is gone
-    assert first["kind"] == "stale-graph" and first["arg"] == "divisor_override"
-    assert first["was"] == "value" and "alone: match" in first["detail"]
-    assert second["kind"] == "value" and "stale" not in second  # wrong alone too: as judged
+    assert first.kind == "stale-graph" and first.arg == "divisor_override"
+    assert first.was == "value" and "alone: match" in first.detail
+    assert second.kind == "value" and not second.stale  # wrong alone too: as judged
     assert third == matched
     assert counts == {"ops_checked": 2, "probes": 2, "candidates": 3, "rechecked": 3, "found": 1}
     assert {job["mode"] for job in pool.jobs} == {"alone", "after"}
-    again, _ = stale.confirm([candidate(1) | {"pair": shown["pair"]}], pool=Pool({}, {}))
-    assert again[0]["kind"] == "stale-graph"  # from the cache: no worker asked
+    again, _ = stale.confirm([candidate(1, pair=shown.pair)], pool=Pool({}, {}))
+    assert again[0].kind == "stale-graph"  # from the cache: no worker asked
 
 
 def test_without_a_pool_nothing_is_confirmed_and_probes_are_dropped():
     kept, counts = stale.confirm([candidate(1), candidate(2, probe=True)], pool=None)
-    assert [r["kind"] for r in kept] == ["value"] and "pair" not in kept[0]
+    assert [r.kind for r in kept] == ["value"] and kept[0].pair is None
     assert counts["found"] == 0 and counts["rechecked"] == 0
 
 
@@ -157,4 +157,4 @@ def test_an_op_whose_hash_holds_its_arguments_gives_none_and_ops_json_counts(swe
     sweep = read_ops(folder)
     assert not [g for g in sweep.groups if g.op == "nn.functional.pixel_unshuffle"]
     assert sweep.stale_graph["ops_checked"] == 3 and sweep.stale_graph["found"] == 2
-    assert not [r for r in sweep.records if r.get("probe") and r.get("kind") != "stale-graph"]
+    assert not [r for r in sweep.records if r.probe and r.kind != "stale-graph"]

@@ -11,11 +11,12 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from reprokit.records.ops import Group, read_ops
+from reprokit.records.ops import Group, Sample, read_ops
 from reprokit.tools.ops.harness import repro
 
 OPS = ["nn.functional.softplus", "abs", "nonzero", "roll", "nn.functional.silu", "to_sparse"]
@@ -67,31 +68,31 @@ def test_a_crash_is_isolated_named_and_the_sweep_goes_on(swept):
     assert roll.kind == "crash" and "SIGFPE" in roll.witness["detail"]
     assert roll.reproduces_alone is True
     records = read_ops(folder).records
-    assert any(r["op"] == "roll" and r["verdict"] == "match" for r in records)  # after the crash
+    assert any(r.op == "roll" and r.verdict == "match" for r in records)  # after the crash
 
 
 def test_a_match_and_a_skip_are_counted_not_grouped(swept):
     folder, _, _, _ = swept
     sweep = read_ops(folder)
     assert not [g for g in sweep.groups if g.op in ("abs", "nonzero")]
-    verdicts = {r["verdict"] for r in sweep.records if r["op"] == "abs"}
+    verdicts = {r.verdict for r in sweep.records if r.op == "abs"}
     assert "match" in verdicts and "differs" not in verdicts
-    fell = [r for r in sweep.records if r["op"] == "nonzero" and r["verdict"] == "skip"]
-    assert fell and all("CPU fallback (aten::nonzero)" in r["reason"] for r in fell)
+    fell = [r for r in sweep.records if r.op == "nonzero" and r.verdict == "skip"]
+    assert fell and all("CPU fallback (aten::nonzero)" in r.reason for r in fell)
     assert sweep.skips["CPU fallback"] >= len(fell)
     assert sweep.skips["op not run: sparse layout"] == 1  # to_sparse: torch_xla has none
-    assert not [r for r in sweep.records if r["op"] == "to_sparse"]
+    assert not [r for r in sweep.records if r.op == "to_sparse"]
 
 
 def test_in_place_variants_are_swept_where_an_op_has_one(swept):
     folder, _, _, _ = swept
     sweep = read_ops(folder)
     assert sweep.inplace
-    passes = {(r["op"], r.get("inplace", False)) for r in sweep.records}
+    passes = {(r.op, r.inplace) for r in sweep.records}
     assert ("abs", True) in passes  # abs_ on XLA, its own lowering
     assert {op for op, inplace in passes if inplace} == {"abs", "nn.functional.silu"}
-    edge = [r for r in sweep.records if r["op"] == "abs" and r.get("inplace") and r["edge"]]
-    assert edge and {r["verdict"] for r in edge} == {"match"}
+    edge = [r for r in sweep.records if r.op == "abs" and r.inplace and r.edge]
+    assert edge and {r.verdict for r in edge} == {"match"}
     (silu_,) = [g for g in sweep.groups if g.op == "nn.functional.silu" and g.inplace]
     assert (silu_.passed, silu_.kind, silu_.dtypes) == ("in-place", "value", ("float16",))
     assert silu_.id.endswith("_inplace") and silu_.known == "fp16_sigmoid_silu_exp_overflow.md"
@@ -134,3 +135,15 @@ def test_bad_input_exits_2(tmp_path):
     done = reprokit("ops", "abs", "--dtypes", "float8", "-o", str(tmp_path), cache=tmp_path)
     assert done.returncode == 2 and "float8" in done.stderr
     assert reprokit("ops", "-o", str(tmp_path), cache=tmp_path).returncode == 2
+
+
+def test_every_field_a_worker_answers_is_one_the_harness_reads(swept):
+    """The worker's answers, as the results cache keeps them, hold only fields of
+    records/ops.py's Sample, the record the two sides share: a field the worker added that the
+    record lacks would be dropped where the harness reads it."""
+    _, cache, _, _ = swept
+    entries = sorted((cache / "ops").glob("*.json"))
+    answers = [r for path in entries for r in json.loads(path.read_text("utf-8"))]
+    answered = {key for r in answers for key in r}
+    assert {"verdict", "sample", "described", "kind", "detail", "code", "leaf"} <= answered
+    assert answered - {f.name for f in fields(Sample)} == set()

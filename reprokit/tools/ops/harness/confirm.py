@@ -12,7 +12,7 @@ from typing import Any
 
 import reprokit.tools.ops.trigger as trigger
 from reprokit.infra.caching import Store
-from reprokit.records.ops import Group
+from reprokit.records.ops import Group, Sample
 
 LIMIT = 8  # new samples a group is checked with, at most
 BASES = 3  # differing and agreeing samples (each) its new samples are made from
@@ -22,7 +22,7 @@ FIXED = ("dtype", "ndim", "empty", "0-d", "size-1 dim", "broadcast", "non-contig
 
 def triggers(
     groups: list[Group],
-    records: list[dict[str, Any]],
+    records: list[Sample],
     *,
     pool: Any = None,
     jobs: int = 1,
@@ -32,9 +32,9 @@ def triggers(
 ) -> list[Group]:
     """The groups with their ``trigger``; new samples judged by ``pool``'s workers (none
     without a pool: an interrupted sweep's triggers are learnt only)."""
-    by_pass: dict[tuple, list[dict[str, Any]]] = {}
+    by_pass: dict[tuple, list[Sample]] = {}
     for r in records:
-        by_pass.setdefault(_pass_of(r), []).append(r)
+        by_pass.setdefault((r.op, r.variant, r.backend, r.grad, r.inplace), []).append(r)
     learnt, requests = {}, []
     for g in groups:
         differ, agree = _split(g, by_pass.get((g.op, g.variant, g.backend, g.grad, g.inplace), []))
@@ -46,16 +46,12 @@ def triggers(
     return [replace(g, trigger=_trigger(g, *learnt[g.id], answers.get(g.id))) for g in groups]
 
 
-def _pass_of(r: dict[str, Any]) -> tuple:
-    return (r["op"], r["variant"], r["backend"], r["grad"], r.get("inplace", False))
+def _features(r: Sample) -> dict[str, Any] | None:
+    found = r.described.get("features")
+    return None if not found else dict(found) | {"dtype": r.dtype}
 
 
-def _features(r: dict[str, Any]) -> dict[str, Any] | None:
-    found = (r.get("described") or {}).get("features")
-    return None if not found else dict(found) | {"dtype": r["dtype"]}
-
-
-def _split(group: Group, records: list[dict[str, Any]]) -> tuple[list, list]:
+def _split(group: Group, records: list[Sample]) -> tuple[list, list]:
     """(features, record) of the op's samples that differ as the group does, and of those
     that agree; samples without features (an older cache's) left out."""
     differ, agree = [], []
@@ -63,9 +59,9 @@ def _split(group: Group, records: list[dict[str, Any]]) -> tuple[list, list]:
         features = _features(r)
         if features is None:
             continue
-        if r["verdict"] == "differs" and r.get("kind") == group.kind:
+        if r.differs and r.kind == group.kind:
             differ.append((features, r))
-        elif r["verdict"] in AGREES:
+        elif r.verdict in AGREES:
             agree.append((features, r))
     return differ, agree
 
@@ -86,10 +82,9 @@ def _request(group: Group, differ: list, agree: list, learnt: list) -> dict[str,
     }
     bases = []
     for side, differs in ((differ, True), (agree, False)):
-        smallest = sorted(side, key=lambda fr: (fr[1].get("described") or {}).get("numel", 0))
+        smallest = sorted(side, key=lambda fr: fr[1].described.get("numel", 0))
         for _, r in smallest[:BASES]:
-            bases.append({"dtype": r["dtype"], "edge": r["edge"], "sample": r["sample"]})
-            bases[-1]["differs"] = differs
+            bases.append({"dtype": r.dtype, "edge": r.edge, "sample": r.sample, "differs": differs})
     return {
         "id": group.id,
         "op": group.op,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
@@ -17,7 +18,7 @@ import reprokit.tools.ops.harness.repro as repro
 from reprokit.infra import known
 from reprokit.infra.caching import Store, file_digest
 from reprokit.records.folder import SCRIPT
-from reprokit.records.ops import Group
+from reprokit.records.ops import Group, Sample
 from reprokit.runner.options import Options
 from reprokit.runner.processes.alone import run_alone
 from reprokit.runner.processes.warm import WarmExecutor
@@ -36,25 +37,21 @@ DTYPE_ORDER = (
     "uint8",
     "bool",
 )
-WITNESS = ("dtype", "edge", "sample", "described", "detail", "arg", "stale", "base")  # kept
-STALE = ("arg", "stale", "base")  # of them, a stale graph's: its arguments, first call, probe
 ALONE_TIMEOUT = 180.0  # seconds a repro may take alone (a hang's is killed at that)
 
 
-def build(records: list[dict[str, Any]]) -> list[Group]:
-    """The groups of the sweep's ``differs`` records (each with op, variant, dtype, backend,
-    grad, edge), witnessed by the smallest sample that has source for its repro."""
-    keyed: dict[tuple, list[dict[str, Any]]] = {}
+def build(records: list[Sample]) -> list[Group]:
+    """The groups of the sweep's ``differs`` records, witnessed by the smallest sample that
+    has source for its repro."""
+    keyed: dict[tuple, list[Sample]] = {}
     for r in records:
-        if r["verdict"] == "differs":
-            key = (r["op"], r["variant"], r["backend"], r["kind"], r["grad"])
-            key += (r.get("inplace", False), r.get("arg", ""), r.get("cause", ""))
+        if r.differs:
+            key = (r.op, r.variant, r.backend, r.kind, r.grad, r.inplace, r.arg, r.cause)
             keyed.setdefault(key, []).append(r)
     groups = []  # arg: a stale graph's arguments (one group each); cause: the op that makes it
     for (op, variant, backend, kind, grad, inplace, arg, cause), found in sorted(keyed.items()):
         witness = min(found, key=_smallest)
-        dtypes = sorted({r["dtype"] for r in found}, key=_dtype_rank)
-        owner = "torch" if any(r.get("owner") == "torch" for r in found if r is witness) else ""
+        dtypes = sorted({r.dtype for r in found}, key=_dtype_rank)
         slug = _slug(op, variant, kind, grad, backend, arg, cause)
         group = Group(
             id=slug + ("_inplace" if inplace else ""),
@@ -65,19 +62,27 @@ def build(records: list[dict[str, Any]]) -> list[Group]:
             kind=kind,
             grad=grad,
             samples=len(found),
-            owner=owner,
-            witness={k: witness.get(k) for k in WITNESS if k in witness or k not in STALE},
+            owner=witness.owner,
+            witness=_witness(witness),
             inplace=inplace,
             cause=cause,
         )
-        groups.append(replace(group, known=_known(group, witness)))
+        groups.append(replace(group, known=_known(group, group.witness)))
     return groups
 
 
-def _smallest(record: dict[str, Any]) -> tuple:
-    code = record.get("code") or {}
-    numel = (record.get("described") or {}).get("numel", 0)
-    return ("A" not in code, numel, _dtype_rank(record["dtype"]), record["edge"], record["sample"])
+def _witness(r: Sample) -> dict[str, Any]:
+    """A group's witness as ops.json keeps it; a stale graph's with its arguments, its first
+    call and the sample it was probed from."""
+    seen = {"dtype": r.dtype, "edge": r.edge, "sample": r.sample, "described": r.described}
+    seen["detail"] = r.detail or None
+    stale = {"arg": r.arg, "stale": r.stale, "base": r.base}
+    return seen | {k: v for k, v in stale.items() if v not in ("", {}, None)}
+
+
+def _smallest(r: Sample) -> tuple:
+    numel = r.described.get("numel", 0)
+    return ("A" not in (r.code or {}), numel, _dtype_rank(r.dtype), r.edge, r.sample)
 
 
 def _dtype_rank(dtype: str) -> int:
@@ -115,25 +120,26 @@ def _known(group: Group, witness: dict[str, Any]) -> str:
     return (found.report or found.upstream) if found else ""
 
 
-def precision(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def precision(records: list[Sample]) -> list[dict[str, Any]]:
     """The ``precision`` records (tools/ops/worker/precision.py) listed apart from the groups: one
     entry per op, variant, backend and pass, with its dtypes, samples, the largest size in ulps
     (XLA's and CPU's at the terms' magnitude, XLA's at the result), the dtype XLA and CPU keep
     their intermediates in, per dtype, and the witness of the largest; ``differs``: the op's
     samples in that pass beyond the bound (a group's), so that a reader does not take the op
     for right (bilinear upsampling: 4 samples of rounding, 31 of a bug)."""
-    keyed: dict[tuple, list[dict[str, Any]]] = {}
+    keyed: dict[tuple, list[Sample]] = {}
     beyond: dict[tuple, int] = {}
     for r in records:
-        key = (r["op"], r["variant"], r["backend"], r["grad"], r.get("inplace", False))
-        if r["verdict"] == "precision":
+        key = (r.op, r.variant, r.backend, r.grad, r.inplace)
+        if r.verdict == "precision":
             keyed.setdefault(key, []).append(r)
-        elif r["verdict"] == "differs":
+        elif r.differs:
             beyond[key] = beyond.get(key, 0) + 1
     found = []
     for (op, variant, backend, grad, inplace), rows in sorted(keyed.items()):
-        largest = max(rows, key=lambda r: (r.get("ulps", 0), _smallest(r)))
-        inside, cpu_inside = _kept_in(rows, "intermediates"), _kept_in(rows, "cpu_intermediates")
+        largest = max(rows, key=lambda r: (r.ulps, _smallest(r)))
+        inside = _kept_in(rows, lambda r: r.intermediates)
+        cpu_inside = _kept_in(rows, lambda r: r.cpu_intermediates)
         found.append(
             {
                 "op": op,
@@ -141,29 +147,34 @@ def precision(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "backend": backend,
                 "grad": grad,
                 "inplace": inplace,
-                "dtypes": sorted({r["dtype"] for r in rows}, key=_dtype_rank),
+                "dtypes": sorted({r.dtype for r in rows}, key=_dtype_rank),
                 "samples": len(rows),
                 "differs": beyond.get((op, variant, backend, grad, inplace), 0),
-                "ulps": max(r.get("ulps", 0.0) for r in rows),
-                "cpu_ulps": max(r.get("cpu_ulps", 0.0) for r in rows),
-                "result_ulps": max(r.get("result_ulps", 0.0) for r in rows),
-                "of_bound": max(r.get("of_bound", 0.0) for r in rows),
+                "ulps": max(r.ulps for r in rows),
+                "cpu_ulps": max(r.cpu_ulps for r in rows),
+                "result_ulps": max(r.result_ulps for r in rows),
+                "of_bound": max(r.of_bound for r in rows),
                 "intermediates": inside,
                 "cpu_intermediates": cpu_inside,
-                "terms": sorted({r.get("terms", "") for r in rows}),
-                "witness": {k: largest.get(k) for k in ("dtype", "edge", "sample", "detail")}
-                | {"tensors": (largest.get("described") or {}).get("tensors", [])},
+                "terms": sorted({r.terms for r in rows}),
+                "witness": {
+                    "dtype": largest.dtype,
+                    "edge": largest.edge,
+                    "sample": largest.sample,
+                    "detail": largest.detail or None,
+                    "tensors": largest.described.get("tensors", []),
+                },
             }
         )
     return found
 
 
-def _kept_in(rows: list[dict[str, Any]], field: str) -> dict[str, str]:
+def _kept_in(rows: list[Sample], kept: Callable[[Sample], str]) -> dict[str, str]:
     """Per dtype, the dtypes the samples kept their intermediates in ("float16, float32" where
     samples differ: poisson_nll_loss's CPU, float32 for some sums, float16 for others)."""
     seen: dict[str, set[str]] = {}
     for r in rows:
-        seen.setdefault(r["dtype"], set()).add(r.get(field, ""))
+        seen.setdefault(r.dtype, set()).add(kept(r))
     order = sorted(seen, key=_dtype_rank)
     return {d: ", ".join(sorted(seen[d], key=_dtype_rank)) for d in order}
 

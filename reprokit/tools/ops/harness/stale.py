@@ -11,9 +11,11 @@ after it is wrong again. Probes are kept only as such records, and counted."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from reprokit.infra.caching import Store
+from reprokit.records.ops import Sample
 
 KIND = "stale-graph"
 CHECKED = 2  # candidates judged again per op, dtype, pass and argument (the rest follow them)
@@ -22,20 +24,20 @@ MODES = ("alone", "after")
 
 
 def confirm(
-    records: list[dict[str, Any]],
+    records: list[Sample],
     *,
     pool: Any = None,
     jobs: int = 1,
     versions: dict[str, str] | None = None,
     code: list[str | None] | None = None,
     cache: bool = True,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[Sample], dict[str, Any]]:
     """The records with every confirmed candidate a ``stale-graph`` record, the others as the
     sweep judged them (a probe that is not one left out); and the counts for ops.json's
     ``stale_graph``. Without a pool (an interrupted sweep) nothing is confirmed."""
-    by_key: dict[tuple, list[dict[str, Any]]] = {}
+    by_key: dict[tuple, list[Sample]] = {}
     for r in records:
-        if r.get("stale") and "A" in (r.get("pair") or {}):
+        if _paired(r):
             by_key.setdefault(_key(r), []).append(r)
     checked = [r for found in by_key.values() for r in found[:CHECKED]]
     answers = _answers(checked, pool, jobs, versions or {}, code or [], cache=cache)
@@ -46,14 +48,13 @@ def confirm(
     }
     kept, judged = [], {id(r) for r in checked}
     for r in records:  # one judged again by its own answers, the others by their key's
-        paired = r.get("stale") and "A" in (r.get("pair") or {})
-        if paired and (_shown(answers.get(id(r))) if id(r) in judged else _key(r) in confirmed):
+        if _paired(r) and (_shown(answers.get(id(r))) if id(r) in judged else _key(r) in confirmed):
             kept.append(_stale(r, answers.get(id(r))))
-        elif not r.get("probe"):
-            kept.append({k: v for k, v in r.items() if k not in ("stale", "pair")})
-    probed = [r for r in records if r.get("probe")]
+        elif not r.probe:
+            kept.append(replace(r, stale={}, pair=None))
+    probed = [r for r in records if r.probe]
     counts = {
-        "ops_checked": len({(r["op"], r["variant"]) for r in probed}),
+        "ops_checked": len({(r.op, r.variant) for r in probed}),
         "probes": len(probed),
         "candidates": sum(len(found) for found in by_key.values()),
         "rechecked": len(checked) if pool is not None else 0,
@@ -62,9 +63,14 @@ def confirm(
     return kept, counts
 
 
-def _key(r: dict[str, Any]) -> tuple:
-    args = tuple(r["stale"]["args"])
-    return (r["op"], r["variant"], r["dtype"], r["backend"], r.get("inplace", False), args)
+def _paired(r: Sample) -> bool:
+    """A candidate: a differing sample with an earlier one whose graph explains it, and the
+    source of both calls."""
+    return bool(r.stale) and "A" in (r.pair or {})
+
+
+def _key(r: Sample) -> tuple:
+    return (r.op, r.variant, r.dtype, r.backend, r.inplace, tuple(r.stale["args"]))
 
 
 def _shown(answer: dict[str, Any] | None) -> bool:
@@ -74,17 +80,17 @@ def _shown(answer: dict[str, Any] | None) -> bool:
     return answer["alone"]["verdict"] in RIGHT and answer["after"]["verdict"] == "differs"
 
 
-def _stale(r: dict[str, Any], answer: dict[str, Any] | None) -> dict[str, Any]:
+def _stale(r: Sample, answer: dict[str, Any] | None) -> Sample:
     """A confirmed candidate as a ``stale-graph`` record: the arguments the reused graph
     ignores, what XLA gave (the sweep's detail) and what it gives alone."""
-    args = ", ".join(r["stale"]["args"])
+    args = ", ".join(r.stale["args"])
     alone = answer["alone"]["verdict"] if answer else "not judged again (others of it were)"
-    detail = f"after a call with another {args}, XLA gives that call's graph's answer ({r.get('kind')}: {r.get('detail', '')}); alone: {alone}"  # noqa: E501
-    return r | {"kind": KIND, "arg": args, "was": r.get("kind"), "detail": detail}
+    detail = f"after a call with another {args}, XLA gives that call's graph's answer ({r.kind}: {r.detail}); alone: {alone}"  # noqa: E501
+    return replace(r, kind=KIND, arg=args, was=r.kind, detail=detail)
 
 
 def _answers(
-    checked: list[dict[str, Any]],
+    checked: list[Sample],
     pool: Any,
     jobs: int,
     versions: dict[str, str],
@@ -99,7 +105,7 @@ def _answers(
         return {}
     store = Store("ops-stale")
     found: dict[int, dict[str, Any]] = {}
-    pending: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {m: [] for m in MODES}
+    pending: dict[str, list[tuple[Sample, dict[str, Any]]]] = {m: [] for m in MODES}
     for r in checked:
         item = _item(r)
         for mode in MODES:
@@ -130,18 +136,21 @@ def _answers(
     return found
 
 
-def _item(r: dict[str, Any]) -> dict[str, Any]:
-    keys = ("op", "variant", "dtype", "backend")
-    return {k: r[k] for k in keys} | {"inplace": r.get("inplace", False), "pair": r["pair"]}
+def _item(r: Sample) -> dict[str, Any]:
+    """What a worker needs to judge a candidate again (worker/pairs.py's recheck)."""
+    return {"op": r.op, "variant": r.variant, "dtype": r.dtype, "backend": r.backend} | {
+        "inplace": r.inplace,
+        "pair": r.pair,
+    }
 
 
-def _rounds(pending: list[tuple[dict[str, Any], Any]]) -> list[list[tuple[dict[str, Any], Any]]]:
+def _rounds(pending: list[tuple[Sample, Any]]) -> list[list[tuple[Sample, Any]]]:
     """The items in rounds: the k-th item of each op and tensors' shapes in round k."""
-    rounds: list[list[tuple[dict[str, Any], Any]]] = []
+    rounds: list[list[tuple[Sample, Any]]] = []
     seen: dict[tuple, int] = {}
     for r, item in pending:
-        shapes = tuple((r.get("described") or {}).get("tensors", ()))
-        where = (r["op"], r["variant"], r.get("inplace", False), shapes)
+        shapes = tuple(r.described.get("tensors", ()))
+        where = (r.op, r.variant, r.inplace, shapes)
         k = seen[where] = seen.get(where, -1) + 1
         if k == len(rounds):
             rounds.append([])

@@ -25,7 +25,7 @@ import reprokit.tools.ops.harness.groups as grouping
 import reprokit.tools.ops.harness.stale as stale
 from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
-from reprokit.records.ops import OpsSweep, write_ops
+from reprokit.records.ops import Group, OpsSweep, Sample, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
 from reprokit.tools.ops.harness.pool import Pool, Task
@@ -89,6 +89,17 @@ class _Asked:
     stale_graph: dict[str, Any] = field(default_factory=dict)  # pairs checked, found (stale.py)
 
 
+@dataclass(frozen=True)
+class _Judged:
+    """What the samples gave: the OpInfos listed, every sample's record (filled as tasks end:
+    an interrupt keeps those), how many tasks there were and how many came from the cache."""
+
+    listing: dict[str, Any]
+    records: list[Sample]
+    tasks: int
+    cached: int
+
+
 def sweep_ops(
     names: list[str],
     *,
@@ -133,24 +144,23 @@ def sweep_ops(
     try:
         listing = _listing(pool, names, asked, cache=cache)
         tasks = _tasks(listing, asked)
-        records: list[dict[str, Any]] = []  # filled as tasks end: an interrupt keeps them
+        records: list[Sample] = []
         pending = _from_cache(tasks, asked, records)
-        cached = len(tasks) - len(pending)
+        judged = _Judged(listing, records, len(tasks), len(tasks) - len(pending))
         try:
             _judge(pool, pending, len(tasks), asked, records, progress)
             asked.swept.append(time.monotonic())
         except KeyboardInterrupt:
             stop.set()
             pool.close()
-            swept = _finish(asked, listing, records, len(tasks), cached, interrupted=True)
-            raise OpsInterrupted(swept) from None
-        return _finish(asked, listing, records, len(tasks), cached, interrupted=False, pool=pool)
+            raise OpsInterrupted(_finish(asked, judged, interrupted=True)) from None
+        return _finish(asked, judged, interrupted=False, pool=pool)
     finally:
         pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _from_cache(tasks: list[Task], asked: _Asked, records: list[dict[str, Any]]) -> list[Task]:
+def _from_cache(tasks: list[Task], asked: _Asked, records: list[Sample]) -> list[Task]:
     """The tasks the results cache does not hold (all without ``asked.cache``); the records
     of those it holds added to ``records``."""
     store, code = Store("ops"), _code_digest()
@@ -169,7 +179,7 @@ def _judge(
     pending: list[Task],
     total: int,
     asked: _Asked,
-    records: list[dict[str, Any]],
+    records: list[Sample],
     progress: Callable[[Progress], None] | None,
 ) -> None:
     """``pending`` judged by ``pool``'s workers, each task's records stored in the results
@@ -286,33 +296,20 @@ def _tasks(listing: dict[str, Any], asked: _Asked) -> list[Task]:
     return tasks
 
 
-def _stamped(task: Task, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    stamp = {
-        "op": task.op,
-        "variant": task.variant,
-        "dtype": task.dtype,
-        "backend": task.backend,
-        "grad": task.grad,
-        "edge": task.edge,
-    }
-    stamp |= {"inplace": True} if task.inplace else {}  # absent: the function itself
-    return [stamp | r for r in found]
+def _stamped(task: Task, found: list[dict[str, Any]]) -> list[Sample]:
+    """A task's answers (a worker's, or the cache's) as its samples."""
+    stamp = task.to_json()
+    return [Sample.stamped(stamp, r) for r in found]
 
 
 def _finish(
-    asked: _Asked,
-    listing: dict[str, Any],
-    records: list[dict[str, Any]],
-    tasks: int,
-    cached: int,
-    *,
-    interrupted: bool,
-    pool: Pool | None = None,
+    asked: _Asked, judged: _Judged, *, interrupted: bool, pool: Pool | None = None
 ) -> OpsSweep:
     """Groups with their triggers (checked on new samples by ``pool``'s workers unless
     interrupted), their repros (run alone unless interrupted), ops.json and report.md."""
-    out_dir, witness = asked.out_dir, Store(WITNESS).folder
-    records = _stale_graphs(asked, records, None if interrupted else pool)
+    out_dir, witness, listing = asked.out_dir, Store(WITNESS).folder, judged.listing
+    records = _stale_graphs(asked, judged.records, None if interrupted else pool)
+    judged = replace(judged, records=records)
     found = grouping.build(records)
     found = _triggers(asked, found, records, pool)
     codes = _codes(records, found)
@@ -321,7 +318,7 @@ def _finish(
     for old in out_dir.glob("repro_*"):
         old.unlink()
     found = grouping.write_repros(found, codes, calls, out_dir, witness)
-    summed = functools.partial(_sweep, asked, listing, records, tasks, cached)
+    summed = functools.partial(_sweep, asked, judged)
     sweep = summed(found, interrupted=interrupted)
     write_ops(out_dir, sweep)  # kept should the runs alone below be interrupted
     write_report(out_dir, sweep)
@@ -330,9 +327,9 @@ def _finish(
     if asked.announce:
         written = sum(g.repro is not None for g in found)
         asked.announce(f"ops: each of {written} repros run alone ({asked.options.jobs} at once)")
-    judged = time.monotonic()
+    begun = time.monotonic()
     found = grouping.check_alone(found, out_dir, asked.options, asked.versions)
-    alone = round(time.monotonic() - judged, 1)
+    alone = round(time.monotonic() - begun, 1)
     sweep = summed(found, interrupted=False)
     sweep = replace(sweep, timings=sweep.timings | {"alone": alone})
     write_ops(out_dir, sweep)
@@ -340,7 +337,7 @@ def _finish(
     return sweep
 
 
-def _stale_graphs(asked: _Asked, records: list[dict[str, Any]], pool: Any) -> list:
+def _stale_graphs(asked: _Asked, records: list[Sample], pool: Any) -> list[Sample]:
     """The records with each stale-graph candidate judged alone and after its first call in
     fresh workers (stale.py), the probes counted in ``asked.stale_graph``."""
     begun = time.monotonic()
@@ -358,7 +355,7 @@ def _stale_graphs(asked: _Asked, records: list[dict[str, Any]], pool: Any) -> li
     return records
 
 
-def _triggers(asked: _Asked, found: list, records: list[dict[str, Any]], pool: Any) -> list:
+def _triggers(asked: _Asked, found: list[Group], records: list[Sample], pool: Any) -> list[Group]:
     """Each group's trigger (confirm.py), its new samples' time in the timings. A stale
     graph's is its kind: a call with another argument before it."""
     begun = time.monotonic()
@@ -380,16 +377,8 @@ def _triggers(asked: _Asked, found: list, records: list[dict[str, Any]], pool: A
     return sorted(found, key=lambda g: order[g.id])
 
 
-def _sweep(
-    asked: _Asked,
-    listing: dict[str, Any],
-    records: list[dict[str, Any]],
-    tasks: int,
-    cached: int,
-    found: list,
-    *,
-    interrupted: bool,
-) -> OpsSweep:
+def _sweep(asked: _Asked, judged: _Judged, found: list[Group], *, interrupted: bool) -> OpsSweep:
+    listing, records = judged.listing, judged.records
     return OpsSweep(
         argv=asked.argv,
         versions=asked.versions,
@@ -410,52 +399,32 @@ def _sweep(
         precision=grouping.precision(records),
         groups=tuple(found),
         records=[_compact(r) for r in records],
-        tasks=tasks,
-        cached=cached,
+        tasks=judged.tasks,
+        cached=judged.cached,
     )
 
 
-def _codes(records: list[dict[str, Any]], found: list) -> dict[str, dict[str, Any]]:
+def _codes(records: list[Sample], found: list[Group]) -> dict[str, dict[str, Any]]:
     """Each group's witness's source (with the result it judged: ``leaf``)."""
     by_key = {}
     for group in found:
         w = group.witness
+        wanted = (group.op, group.variant, group.backend, group.kind, group.grad, group.inplace)
+        wanted += (w["dtype"], w["edge"], w["sample"], w.get("arg") or "")
         for r in records:
-            same = (
-                r["op"],
-                r["variant"],
-                r["backend"],
-                r["kind"] if "kind" in r else None,
-                r["grad"],
-                r.get("inplace", False),
-                r["dtype"],
-                r["edge"],
-                r["sample"],
-                r.get("arg", ""),
-            )
-            if r["verdict"] == "differs" and same == (
-                group.op,
-                group.variant,
-                group.backend,
-                group.kind,
-                group.grad,
-                group.inplace,
-                w["dtype"],
-                w["edge"],
-                w["sample"],
-                w.get("arg") or "",
-            ):
-                code = r.get("pair") if group.kind == stale.KIND else r.get("code")
-                by_key[group.id] = dict(code or {}) | {"leaf": r.get("leaf", 0)}
+            seen = (r.op, r.variant, r.backend, r.kind, r.grad, r.inplace)
+            if r.differs and (*seen, r.dtype, r.edge, r.sample, r.arg) == wanted:
+                code = r.pair if group.kind == stale.KIND else r.code
+                by_key[group.id] = dict(code or {}) | {"leaf": r.leaf}
                 break
     return by_key
 
 
-def _per_op(listing: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _per_op(listing: dict[str, Any], records: list[Sample]) -> list[dict[str, Any]]:
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for r in records:
-        entry = counts.setdefault((r["op"], r["variant"]), {})
-        entry[r["verdict"]] = entry.get(r["verdict"], 0) + 1
+        entry = counts.setdefault((r.op, r.variant), {})
+        entry[r.verdict] = entry.get(r.verdict, 0) + 1
     return [
         {
             "op": e["op"],
@@ -475,7 +444,7 @@ def reason_class(reason: str) -> str:
     return reason.split(" (")[0].split(":")[0].strip()
 
 
-def _skips(listing: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, int]:
+def _skips(listing: dict[str, Any], records: list[Sample]) -> dict[str, int]:
     found: dict[str, int] = {}
     for e in listing["ops"]:
         if e["skip"]:
@@ -486,43 +455,41 @@ def _skips(listing: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, 
                 found.get("op not run: none of the dtypes asked for", 0) + 1
             )
     for r in records:
-        if r["verdict"] == "skip":
-            label = reason_class(r.get("reason", ""))
+        if r.verdict == "skip":
+            label = reason_class(r.reason)
             found[label] = found.get(label, 0) + 1
-        elif r.get("ties"):
+        elif r.ties:
             found["index ties: values compared"] = found.get("index ties: values compared", 0) + 1
     return dict(sorted(found.items(), key=lambda kv: -kv[1]))
 
 
-def _platform(records: list[dict[str, Any]]) -> dict[str, Any]:
-    flushed = [r for r in records if r["verdict"] == "platform"]
-    ops = sorted({r["op"] for r in flushed})
+def _platform(records: list[Sample]) -> dict[str, Any]:
+    flushed = [r for r in records if r.verdict == "platform"]
+    ops = sorted({r.op for r in flushed})
     return {"subnormal flushing": {"samples": len(flushed), "ops": ops}} if flushed else {}
 
 
-def _cpu_wrong(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _cpu_wrong(records: list[Sample]) -> list[dict[str, Any]]:
     found: dict[tuple, dict[str, Any]] = {}
     for r in records:
-        if r["verdict"] == "cpu_wrong":
-            key = (r["op"], r["variant"], r["dtype"], r["grad"], r.get("inplace", False))
+        if r.verdict == "cpu_wrong":
+            key = (r.op, r.variant, r.dtype, r.grad, r.inplace)
             entry = found.setdefault(
                 key,
                 {
-                    "op": r["op"],
-                    "variant": r["variant"],
-                    "dtype": r["dtype"],
-                    "grad": r["grad"],
+                    "op": r.op,
+                    "variant": r.variant,
+                    "dtype": r.dtype,
+                    "grad": r.grad,
                     "samples": 0,
-                    "detail": r.get("detail", ""),
+                    "detail": r.detail,
                 },
             )
             entry["samples"] += 1
     return list(found.values())
 
 
-def _compact(record: dict[str, Any]) -> dict[str, Any]:
+def _compact(record: Sample) -> Sample:
     """A sample's verdict as ops.json keeps it: the source of a sample only in its group."""
-    kept = {k: v for k, v in record.items() if k not in ("code", "pair", "seconds")}
-    if record["verdict"] == "match":
-        kept.pop("described", None)
-    return kept
+    described = {} if record.verdict == "match" else record.described
+    return replace(record, code=None, pair=None, seconds=0.0, described=described)

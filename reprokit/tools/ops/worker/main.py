@@ -8,8 +8,9 @@ runner/processes/warm.py). JOB.json says what to do:
   source (no backend run); fed batch after batch, the worker living for the whole sweep (its
   compiled graphs reused by every later sample of the same graph).
 
-Each sample is announced (``begin``) before it runs and answered (``record``) after, one JSON
-line each, flushed: when a sample kills the process (a segfault in the backend; SIGALRM after
+Each sample is announced (``begin``) before it runs and answered (``record``: the fields of
+records/ops.py's Sample from ``sample`` on, which the harness reads) after, one JSON line each,
+flushed: when a sample kills the process (a segfault in the backend; SIGALRM after
 ``timeout`` seconds of one sample, a hang), the driver reads which one it was and goes on in a
 new worker from the next.
 """
