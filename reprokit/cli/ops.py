@@ -18,6 +18,7 @@ from reprokit.environment.releases import releases as release_list
 from reprokit.errors import ExitCode, ReprokitError, ReprokitWarning
 from reprokit.records import EnvSpec
 from reprokit.records.ops import OpsSweep
+from reprokit.records.report import REPORT_MD
 from reprokit.run_flags import build_options, environments
 from reprokit.runner.options import default_run_dir, jobs
 from reprokit.tools.ops import ALL_DTYPES, DTYPES, OpsInterrupted, Progress, sweep_ops
@@ -170,7 +171,7 @@ def _said(swept: OpsSweep, folder: Path) -> ExitCode:
             f"({alone[g.reproduces_alone]})",
             highlight=False,
         )
-    out.print(f"report: {escape(str(folder))}/report.md", highlight=False)
+    out.print(f"report: {escape(str(folder / REPORT_MD))}", highlight=False)
     return ExitCode.FAILED if swept.groups else ExitCode.OK
 
 
@@ -202,6 +203,6 @@ def _across(names: list[str], envs: list[EnvSpec], folder: Path, how: dict) -> E
         cells = "; ".join(f"{n}: {row.cells[n].said()}" for n in order if n in row.cells)
         changed = since(row, order)
         out.print(escape(f"  {row.name}: {cells}" + (f" ({changed})" if changed else "")))
-    out.print(f"report: {escape(str(folder))}/report.md", highlight=False)
+    out.print(f"report: {escape(str(folder / REPORT_MD))}", highlight=False)
     differs = any(r.groups for r in table.releases)
     return ExitCode.FAILED if differs else ExitCode.OK

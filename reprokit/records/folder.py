@@ -45,6 +45,19 @@ CHILD_INPUT = "in.json"  # an offloaded work's input, in its working folder
 CHILD_OUTPUT = "out.json"  # and its answer
 WORKER_JOB = "job.json"  # an op worker's batch of tasks, in its working folder
 WORKER_ANSWERS = "out.jsonl"  # and its answers, a JSON line per sample
+WORKER_FEED_END = "end"  # in a fed worker's feed folder: no batch follows
+
+
+def worker_batch(number: int) -> str:
+    """The ``number``-th batch of tasks in a fed worker's feed folder."""
+    return f"{number:06d}.json"
+
+
+def issue_file(name: str) -> str:
+    """One root's issue file in a report's issues/ folder."""
+    return f"{name}.md"
+
+
 LIST_STAGES = "--list-stages"  # the listing's name where a stage's would stand (its logs)
 TAIL = 12  # lines of a failed stage's stderr kept in its record
 

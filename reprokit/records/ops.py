@@ -14,6 +14,14 @@ from typing import Any
 from reprokit.records._json import from_json, write_json
 
 OPS = "ops.json"
+REPROS = "repro_*"  # every group's repro and its tensors, in the sweep's folder
+
+
+def repro_name(group_id: str, suffix: str = ".py") -> str:
+    """A group's repro (``suffix`` ".pt": its tensors), beside ops.json."""
+    return f"repro_{group_id}{suffix}"
+
+
 # stale-graph: right alone, wrong right after a call with other non-tensor arguments (the
 # witness's ``arg`` names them): the graph compiled for that call reused
 # (tools/ops/harness/stale.py)

@@ -13,6 +13,12 @@ from typing import Any
 from reprokit.records._json import from_json, write_json
 
 SWEEP = "sweep.json"
+CAPTURED = "captured"  # RUN_DIR/captured/NAME.toml and NAME.pt2: each model captured
+
+
+def case_file(name: str) -> str:
+    """A captured program's case, NAME.toml (its program NAME.pt2 beside it)."""
+    return f"{name}.toml"
 
 
 @dataclass(frozen=True)

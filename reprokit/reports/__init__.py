@@ -11,7 +11,7 @@ from typing import Any
 from reprokit.errors import ReprokitError
 from reprokit.infra.redact import redact_text
 from reprokit.records import SUMMARY, Reports, RunSummary, read_summary
-from reprokit.records.folder import ISSUES, VariantFolder
+from reprokit.records.folder import ISSUES, VariantFolder, issue_file
 from reprokit.records.report import BUNDLE, REPORT_HTML, REPORT_JSON, REPORT_MD
 from reprokit.reports import ops
 from reprokit.reports.build import build_report, headline, problems
@@ -65,7 +65,7 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
         (out_dir / ISSUES).mkdir(exist_ok=True)
         for one in report.issues:
             text = public_paths(markdown(replace(report, issue=one)), **public)
-            written.append(_write(out_dir / ISSUES / f"{one.name}.md", text))
+            written.append(_write(out_dir / ISSUES / issue_file(one.name), text))
     written += _model_reports(summary, Path(run_dir), out_dir, formats, public)  # reprokit sweep
     written.append(write_bundle(run_dir, out_dir / BUNDLE))
     found = report.issue

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reprokit.records import Outcome, RunSummary, VariantResult
+from reprokit.records.folder import SCRIPT
 from reprokit.records.sweep import Sweep, SweptModel, read_sweep
 from reprokit.reports.model import Cell, Table
 
@@ -140,7 +141,7 @@ def findings_table(sweep: Sweep) -> Table:
     rows = []
     for f in sweep.findings:
         shrunk = f"{f.operations[0]} -> {f.operations[1]}" if f.operations else ""
-        repro = Cell(f"{f.minimized}/repro.py", code=True) if f.minimized else Cell("")
+        repro = Cell(f"{f.minimized}/{SCRIPT}", code=True) if f.minimized else Cell("")
         rows.append((Cell(f.op, code=True), Cell(f.dtypes), Cell(f.kind),
                      Cell(str(len(f.witnesses))), Cell(", ".join(f.witnesses)), Cell(shrunk),
                      repro))  # fmt: skip

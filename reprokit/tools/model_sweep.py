@@ -30,14 +30,13 @@ from reprokit.errors import ReprokitError
 from reprokit.generate.variants import Variant, load_variants
 from reprokit.records import Outcome, RunSummary, StageResult, Status
 from reprokit.records.folder import VariantFolder
-from reprokit.records.sweep import Finding, Sweep, SweptModel, write_sweep
+from reprokit.records.sweep import CAPTURED, Finding, Sweep, SweptModel, case_file, write_sweep
 from reprokit.reports.sweep import divergence
 from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import run_command
 from reprokit.runner.scheduler import Reporter, run
 from reprokit.tools.capture import zoo
 
-CAPTURED = "captured"  # RUN_DIR/captured/NAME.toml and NAME.pt2
 FINDINGS = "findings"  # RUN_DIR/findings/N-OP/: one witness of each divergence, minimized
 DTYPES = ("float32", "bfloat16")
 _UNSAFE = re.compile(r"[^\w.-]")  # in a folder's name
@@ -170,7 +169,7 @@ def sweep(
     swept = _capture_all(models, run_dir / CAPTURED, say, options)
     record = Sweep(tuple(swept), tuple(dtypes), minimized=minimize)
     write_sweep(record, run_dir)  # the report can say which models were refused, even now
-    cases = [str(run_dir / CAPTURED / f"{m.case}.toml") for m in swept if m.case]
+    cases = [str(run_dir / CAPTURED / case_file(m.case)) for m in swept if m.case]
     chosen = [v for dtype in dtypes for v in load_variants(
         cases, sets={**(sets or {}), "dtype": dtype}, envs=envs)] if cases else []  # fmt: skip
     with watch(len(chosen)) if watch else nullcontext() as reporter:  # a live display

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reprokit.records.sweep import case_file
 from reprokit.tools.capture.export import export, flatten_outputs
 from reprokit.tools.capture.writer import (
     INPUTS,
@@ -62,7 +63,7 @@ def capture(
             INPUTS: json.dumps(inputs_record(program, args, kwargs or {}, random_inputs)),
         }
         return write_program(program, extra, loads_back, _case_text(module, name, random_inputs),
-                             Path(out_dir) / f"{name}.toml")  # fmt: skip
+                             Path(out_dir) / case_file(name))  # fmt: skip
 
 
 def _case_text(module: Any, name: str, random_inputs: bool) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.errors import ReprokitError
+from reprokit.records.sweep import case_file
 from reprokit.tools.capture.export import draws, export
 from reprokit.tools.capture.factory import command as capture_command
 from reprokit.tools.capture.writer import (
@@ -83,7 +84,7 @@ def capture_training(
         joint = joint_program(program, type(module).__name__)
         return write_program(joint, {INPUTS: json.dumps(inputs)}, loads_back,
                              _case_text(module, name, random_inputs),
-                             Path(out_dir) / f"{name}.toml")  # fmt: skip
+                             Path(out_dir) / case_file(name))  # fmt: skip
 
 
 def _refuse_tied(module: Any) -> None:

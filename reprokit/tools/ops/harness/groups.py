@@ -18,7 +18,7 @@ import reprokit.tools.ops.harness.repro as repro
 from reprokit.infra import known
 from reprokit.infra.caching import Store, file_digest
 from reprokit.records.folder import SCRIPT
-from reprokit.records.ops import Group, Sample
+from reprokit.records.ops import Group, Sample, repro_name
 from reprokit.runner.options import Options
 from reprokit.runner.processes.alone import run_alone
 from reprokit.runner.processes.warm import WarmExecutor
@@ -197,11 +197,11 @@ def write_repros(
             continue
         saved = None
         if code.get("saved"):
-            saved = f"repro_{group.id}.pt"
+            saved = repro_name(group.id, ".pt")
             shutil.copyfile(witness_dir / code["saved"], out_dir / saved)
         key = (group.op, group.variant) + (("inplace",) if group.inplace else ())
         text = repro.repro_text(group, code, calls.get(key), saved)
-        name = f"repro_{group.id}.py"
+        name = repro_name(group.id)
         (out_dir / name).write_text(text, "utf-8")
         written.append(replace(group, repro=name))
     return written
@@ -249,7 +249,7 @@ def check_alone(
 
 
 def _pt(out_dir: Path, group: Group) -> Path:
-    return out_dir / f"repro_{group.id}.pt"
+    return out_dir / repro_name(group.id, ".pt")
 
 
 def _copy(files: list[Path], where: Path) -> None:

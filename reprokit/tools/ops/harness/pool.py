@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from reprokit.records import Status
-from reprokit.records.folder import WORKER_ANSWERS, WORKER_JOB, child_logs
+from reprokit.records.folder import (
+    WORKER_ANSWERS,
+    WORKER_FEED_END,
+    WORKER_JOB,
+    child_logs,
+    worker_batch,
+)
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import Launch
@@ -390,8 +396,8 @@ def _next(todo: queue.Queue) -> list[dict[str, Any]] | None:
 def _feed(folder: Path, number: int, batch: _Batch | None) -> None:
     """Batch ``number`` for a worker (written whole, then renamed), or the end of its feed."""
     if batch is None:
-        (folder / "end").touch()
+        (folder / WORKER_FEED_END).touch()
         return
     scratch = folder / f".{number}"
     scratch.write_text(json.dumps(batch.tasks), "utf-8")
-    scratch.replace(folder / f"{number:06d}.json")
+    scratch.replace(folder / worker_batch(number))

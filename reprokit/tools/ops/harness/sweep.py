@@ -25,7 +25,7 @@ import reprokit.tools.ops.harness.groups as grouping
 import reprokit.tools.ops.harness.stale as stale
 from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
-from reprokit.records.ops import Group, OpsSweep, Sample, write_ops
+from reprokit.records.ops import REPROS, Group, OpsSweep, Sample, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
 from reprokit.tools.ops.harness.pool import Pool, Task
@@ -315,7 +315,7 @@ def _finish(
     codes = _codes(records, found)
     calls = {(e["op"], e["variant"]): e["call"] for e in listing["ops"]}
     calls |= {(e["op"], e["variant"], "inplace"): e.get("inplace") or None for e in listing["ops"]}
-    for old in out_dir.glob("repro_*"):
+    for old in out_dir.glob(REPROS):
         old.unlink()
     found = grouping.write_repros(found, codes, calls, out_dir, witness)
     summed = functools.partial(_sweep, asked, judged)

@@ -42,6 +42,7 @@ import reprokit.tools.ops.worker.features as features
 import reprokit.tools.ops.worker.judge as judge
 import reprokit.tools.ops.worker.pairs as pairs
 import reprokit.tools.ops.worker.samples as samples
+from reprokit.records.folder import WORKER_FEED_END, worker_batch
 
 POLL = 0.02  # seconds between looks for the driver's next batch
 # Tests only: ``OP:SAMPLE`` makes that sample of that OpInfo hang (in every dtype), so that a
@@ -313,9 +314,9 @@ def _fed(job: dict[str, Any], out: IO[str]) -> Iterator[dict[str, Any]]:
         return
     folder = Path(job["feed"])
     for number in itertools.count():
-        path = folder / f"{number:06d}.json"
+        path = folder / worker_batch(number)
         while not path.exists():
-            if (folder / "end").exists():
+            if (folder / WORKER_FEED_END).exists():
                 return
             time.sleep(POLL)
         yield from json.loads(path.read_text("utf-8"))
