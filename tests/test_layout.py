@@ -514,3 +514,31 @@ def test_the_side_check_finds_a_crossing():
         f"{OPS}.harness.groups imports {OPS}.worker.judge",
         f"{OPS}.harness.pool imports torch",
     ]
+
+
+SHARED = {"-n", "--timeout", "--cold", "--no-cache"}  # declared once: cli/app.py, run_flags.py
+
+
+def declared_options(source: str) -> list[str]:
+    """The shared options a module declares itself: typer.Option calls naming one of them."""
+    return sorted(
+        arg.value for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "Option"
+        for arg in node.args if isinstance(arg, ast.Constant) and arg.value in SHARED
+    )  # fmt: skip
+
+
+def test_the_shared_options_are_declared_once():
+    """-n, --timeout, --cold and --no-cache come from cli/app.py's jobs_option and run_option
+    (each with one meaning); ops keeps its old per-sample --timeout, hidden, for a warning."""
+    declared = {
+        path.name: found
+        for path in (PACKAGE / "cli").glob("*.py")
+        if path.name != "app.py" and (found := declared_options(path.read_text("utf-8")))
+    }
+    assert declared == {"ops.py": ["--timeout"]}
+
+
+def test_the_option_check_finds_a_declared_option():
+    source = 'import typer\nN = typer.Option("-n", help="x")\nT = typer.Option("--tags")\n'
+    assert declared_options(source) == ["-n"]

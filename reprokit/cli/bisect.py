@@ -19,6 +19,7 @@ from reprokit.cli.app import (
     err,
     out,
     reports_errors,
+    run_option,
 )
 from reprokit.environment.releases import releases as release_list
 from reprokit.errors import ExitCode, ReprokitError
@@ -26,6 +27,8 @@ from reprokit.generate.variants import parse_sets
 from reprokit.records.since import BISECT
 from reprokit.run_flags import build_options
 from reprokit.runner.options import TIMEOUT, Options, default_run_dir, jobs
+
+NoCacheOpt = run_option("no_cache", help="run every stage and repro, cached or not")
 
 
 @reports_errors
@@ -44,9 +47,7 @@ def bisect_(
     all_releases: Annotated[
         bool, typer.Option("--all-releases", help="repros: run on every release, no bisection")
     ] = False,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="run every stage and repro, cached or not")
-    ] = False,
+    no_cache: NoCacheOpt = False,
     set_: SetOpt = None,
     n: JobsOpt = "1",
     timeout: TimeoutOpt = TIMEOUT,
