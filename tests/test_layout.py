@@ -426,13 +426,28 @@ def test_the_name_check_finds_a_hand_spelled_file_name():
     assert spelled_names(source, {"worker.py"}) == [(2, "report.md")]
 
 
-def test_no_class_name_is_defined_in_two_modules():
+def defined_twice(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Class names defined in more than one of ``sources`` (module -> its source)."""
     defined: dict[str, list[str]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+    for module, source in sorted(sources.items()):
+        for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.ClassDef):
-                defined.setdefault(node.name, []).append(path.relative_to(PACKAGE).as_posix())
-    assert {name: where for name, where in defined.items() if len(where) > 1} == {}
+                defined.setdefault(node.name, []).append(module)
+    return {name: where for name, where in defined.items() if len(where) > 1}
+
+
+def test_no_class_name_is_defined_in_two_modules():
+    sources = {
+        p.relative_to(PACKAGE).as_posix(): p.read_text("utf-8") for p in PACKAGE.rglob("*.py")
+    }
+    assert defined_twice(sources) == {}
+
+
+def test_the_class_check_finds_a_name_defined_twice():
+    sources = {"a.py": "class Interrupted(Exception): ...", "b.py": "class Interrupted: ..."}
+    assert defined_twice(sources | {"c.py": "class Other: ..."}) == {
+        "Interrupted": ["a.py", "b.py"]
+    }
 
 
 LONGEST = 60  # lines of a function, its signature and docstring included
@@ -462,13 +477,20 @@ def test_the_length_check_finds_a_long_function():
     assert long_functions(function(60)) == []
 
 
+def hands_names_on(source: str) -> bool:
+    """A package's __init__ that only imports and names what it offers (docstring, imports,
+    ``__all__``)."""
+    tree = ast.parse(source)
+    kinds = {type(node).__name__ for node in tree.body}
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    return kinds <= {"Expr", "ImportFrom", "Assign"} and assigned in ([], ["__all__"])
+
+
 def test_the_op_sweeps_package_only_hands_names_on():
     """tools/ops/__init__.py names what the package offers; the harness is harness/sweep.py."""
-    tree = ast.parse((PACKAGE / "tools" / "ops" / "__init__.py").read_text("utf-8"))
-    kinds = {type(node).__name__ for node in tree.body}
-    assert kinds <= {"Expr", "ImportFrom", "Assign"}, kinds  # docstring, imports, __all__
-    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
-    assert assigned == ["__all__"]
+    assert hands_names_on((PACKAGE / "tools" / "ops" / "__init__.py").read_text("utf-8"))
+    assert not hands_names_on('"""Doc."""\nfrom a import b\nTIMEOUT = 30\n')
+    assert not hands_names_on("from a import b\n\ndef sweep():\n    return b()\n")
 
 
 OPS = "reprokit.tools.ops"
@@ -542,3 +564,12 @@ def test_the_shared_options_are_declared_once():
 def test_the_option_check_finds_a_declared_option():
     source = 'import typer\nN = typer.Option("-n", help="x")\nT = typer.Option("--tags")\n'
     assert declared_options(source) == ["-n"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["subprocess.run(['uv', 'pip'])", "multiprocessing.get_context('spawn')",
+     "with ProcessPoolExecutor(2) as pool:", "actor.judge.remote(task)", "os.fork()"],
+)  # fmt: skip
+def test_the_launch_check_finds_each_way_to_start_a_process(line):
+    assert STARTS.search(line)
