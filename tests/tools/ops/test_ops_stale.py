@@ -19,6 +19,7 @@ import pytest
 
 from reprokit.records.ops import OpsSweep, Sample, read_ops
 from reprokit.tools.ops.harness import stale
+from reprokit.tools.ops.harness.pool import Asking
 from reprokit.tools.ops.harness.repro import title
 
 TASK = {"variant": "", "dtype": "float32", "backend": "xla", "grad": False, "edge": False}
@@ -65,7 +66,7 @@ def test_right_alone_and_wrong_after_is_a_stale_graph_the_rest_as_judged(tmp_pat
     failed_probe = replace(matched, probe=True, sample=9)
     alone, after = {1: "match", 2: "differs", 3: "match"}, {1: "differs", 2: "differs", 3: "match"}
     pool = Pool(alone, after)
-    kept, counts = stale.confirm([shown, real, probe, matched, failed_probe], pool=pool, jobs=2)
+    kept, counts = stale.confirm([shown, real, probe, matched, failed_probe], Asking(pool, jobs=2))
     first, second, third = kept  # the probe that did not show it is gone
     assert first.kind == "stale-graph" and first.arg == "divisor_override"
     assert first.was == "value" and "alone: match" in first.detail
@@ -73,12 +74,12 @@ def test_right_alone_and_wrong_after_is_a_stale_graph_the_rest_as_judged(tmp_pat
     assert third == matched
     assert counts == {"ops_checked": 2, "probes": 2, "candidates": 3, "rechecked": 3, "found": 1}
     assert {job["mode"] for job in pool.jobs} == {"alone", "after"}
-    again, _ = stale.confirm([candidate(1, pair=shown.pair)], pool=Pool({}, {}))
+    again, _ = stale.confirm([candidate(1, pair=shown.pair)], Asking(Pool({}, {})))
     assert again[0].kind == "stale-graph"  # from the cache: no worker asked
 
 
 def test_without_a_pool_nothing_is_confirmed_and_probes_are_dropped():
-    kept, counts = stale.confirm([candidate(1), candidate(2, probe=True)], pool=None)
+    kept, counts = stale.confirm([candidate(1), candidate(2, probe=True)], Asking(None))
     assert [r.kind for r in kept] == ["value"] and kept[0].pair is None
     assert counts["found"] == 0 and counts["rechecked"] == 0
 

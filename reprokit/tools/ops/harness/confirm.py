@@ -13,6 +13,7 @@ from typing import Any
 import reprokit.tools.ops.trigger as trigger
 from reprokit.infra.caching import Store
 from reprokit.records.ops import Group, Sample
+from reprokit.tools.ops.harness.pool import Asking
 
 LIMIT = 8  # new samples a group is checked with, at most
 BASES = 3  # differing and agreeing samples (each) its new samples are made from
@@ -20,16 +21,7 @@ AGREES = ("match", "cpu_wrong")  # XLA right: agreeing samples
 FIXED = ("dtype", "ndim", "empty", "0-d", "size-1 dim", "broadcast", "non-contiguous")
 
 
-def triggers(
-    groups: list[Group],
-    records: list[Sample],
-    *,
-    pool: Any = None,
-    jobs: int = 1,
-    versions: dict[str, str] | None = None,
-    code: list[str | None] | None = None,
-    cache: bool = True,
-) -> list[Group]:
+def triggers(groups: list[Group], records: list[Sample], asking: Asking) -> list[Group]:
     """The groups with their ``trigger``; new samples judged by ``pool``'s workers (none
     without a pool: an interrupted sweep's triggers are learnt only)."""
     by_pass: dict[tuple, list[Sample]] = {}
@@ -40,9 +32,9 @@ def triggers(
         differ, agree = _split(g, by_pass.get((g.op, g.variant, g.backend, g.grad, g.inplace), []))
         learnt[g.id] = (differ, agree, trigger.learn([f for f, _ in differ], [f for f, _ in agree]))
         request = _request(g, *learnt[g.id])
-        if request is not None and pool is not None:
+        if request is not None and asking.pool is not None:
             requests.append(request)
-    answers = _answers(requests, pool, jobs, versions or {}, code or [], cache=cache)
+    answers = _answers(requests, asking)
     return [replace(g, trigger=_trigger(g, *learnt[g.id], answers.get(g.id))) for g in groups]
 
 
@@ -99,32 +91,25 @@ def _request(group: Group, differ: list, agree: list, learnt: list) -> dict[str,
     }
 
 
-def _answers(
-    requests: list[dict[str, Any]],
-    pool: Any,
-    jobs: int,
-    versions: dict[str, str],
-    code: list[str | None],
-    *,
-    cache: bool,
-) -> dict[str, list[dict[str, Any]]]:
+def _answers(requests: list[dict[str, Any]], asking: Asking) -> dict[str, list[dict[str, Any]]]:
     """Each request's new samples' records (by group id): from the cache, else judged by the
     workers (``jobs`` at once); a request its worker did not finish is not cached."""
     store = Store("ops-confirm")
     found: dict[str, list[dict[str, Any]]] = {}
     pending = []
     for request in requests:
-        hit = store.get_json(store.key(request, versions, code)) if cache else None
+        hit = asking.cached(store, request)
         if hit is None:
             pending.append(request)
         else:
             found[request["id"]] = hit
     if not pending:
         return found
-    shares = [pending[i :: max(1, jobs)] for i in range(min(max(1, jobs), len(pending)))]
+    jobs = max(1, asking.jobs)
+    shares = [pending[i::jobs] for i in range(min(jobs, len(pending)))]
     with ThreadPoolExecutor(len(shares)) as threads:
         asked = ({"confirm": share, "backend": share[0]["backend"]} for share in shares)
-        answered = list(threads.map(pool.answer, asked))
+        answered = list(threads.map(asking.pool.answer, asked))
     for share, lines in zip(shares, answered, strict=True):
         got = _read(lines)
         for request in share:
@@ -132,7 +117,7 @@ def _answers(
                 records, done = got[request["id"]]
                 found[request["id"]] = records
                 if done:
-                    store.put_json(store.key(request, versions, code), records)
+                    asking.keep(store, request, records)
     return found
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprokit.infra.caching import Store
 from reprokit.records import Status
 from reprokit.records.folder import (
     WORKER_ANSWERS,
@@ -72,6 +73,29 @@ class Task:
             "edge": self.edge,
             "inplace": self.inplace,
         }
+
+
+@dataclass(frozen=True)
+class Asking:
+    """How the harness asks workers beyond the tasks (a stale graph's rechecks: stale.py; a
+    trigger's new samples: confirm.py) and keeps their answers: the pool (None: nothing is
+    asked, as after an interrupt), how many workers at once, and what the cache keys hold
+    besides the question (the versions, the workers' code)."""
+
+    pool: Any = None  # a Pool, or cluster.py's RayPool
+    jobs: int = 1
+    versions: dict[str, str] = field(default_factory=dict)
+    code: list[str | None] = field(default_factory=list)
+    cache: bool = True  # read the cache (it is always written)
+
+    def cached(self, store: Store, question: Any) -> Any | None:
+        return store.get_json(self._key(question)) if self.cache else None
+
+    def keep(self, store: Store, question: Any, answer: Any) -> None:
+        store.put_json(self._key(question), answer)
+
+    def _key(self, question: Any) -> str:
+        return Store.key(question, self.versions, self.code)
 
 
 @dataclass

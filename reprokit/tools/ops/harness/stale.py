@@ -16,6 +16,7 @@ from typing import Any
 
 from reprokit.infra.caching import Store
 from reprokit.records.ops import Sample
+from reprokit.tools.ops.harness.pool import Asking
 
 KIND = "stale-graph"
 CHECKED = 2  # candidates judged again per op, dtype, pass and argument (the rest follow them)
@@ -23,15 +24,7 @@ RIGHT = ("match", "platform", "cpu_wrong")  # verdicts where XLA agrees with flo
 MODES = ("alone", "after")
 
 
-def confirm(
-    records: list[Sample],
-    *,
-    pool: Any = None,
-    jobs: int = 1,
-    versions: dict[str, str] | None = None,
-    code: list[str | None] | None = None,
-    cache: bool = True,
-) -> tuple[list[Sample], dict[str, Any]]:
+def confirm(records: list[Sample], asking: Asking) -> tuple[list[Sample], dict[str, Any]]:
     """The records with every confirmed candidate a ``stale-graph`` record, the others as the
     sweep judged them (a probe that is not one left out); and the counts for ops.json's
     ``stale_graph``. Without a pool (an interrupted sweep) nothing is confirmed."""
@@ -40,7 +33,7 @@ def confirm(
         if _paired(r):
             by_key.setdefault(_key(r), []).append(r)
     checked = [r for found in by_key.values() for r in found[:CHECKED]]
-    answers = _answers(checked, pool, jobs, versions or {}, code or [], cache=cache)
+    answers = _answers(checked, asking)
     confirmed = {
         key
         for key, found in by_key.items()
@@ -57,7 +50,7 @@ def confirm(
         "ops_checked": len({(r.op, r.variant) for r in probed}),
         "probes": len(probed),
         "candidates": sum(len(found) for found in by_key.values()),
-        "rechecked": len(checked) if pool is not None else 0,
+        "rechecked": len(checked) if asking.pool is not None else 0,
         "found": len({key[:2] + key[-1:] for key in confirmed}),
     }
     return kept, counts
@@ -89,19 +82,11 @@ def _stale(r: Sample, answer: dict[str, Any] | None) -> Sample:
     return replace(r, kind=KIND, arg=args, was=r.kind, detail=detail)
 
 
-def _answers(
-    checked: list[Sample],
-    pool: Any,
-    jobs: int,
-    versions: dict[str, str],
-    code: list[str | None],
-    *,
-    cache: bool,
-) -> dict[int, dict[str, Any]]:
+def _answers(checked: list[Sample], asking: Asking) -> dict[int, dict[str, Any]]:
     """Each checked record's verdicts alone and after (by ``id`` of the record): cached, else
     judged in fresh workers, in rounds whose items share no op and shapes (one item's graph
     must not serve another's), the two modes' workers at once where ``jobs`` allows."""
-    if pool is None:
+    if asking.pool is None:
         return {}
     store = Store("ops-stale")
     found: dict[int, dict[str, Any]] = {}
@@ -109,7 +94,7 @@ def _answers(
     for r in checked:
         item = _item(r)
         for mode in MODES:
-            hit = store.get_json(store.key([item, mode], versions, code)) if cache else None
+            hit = asking.cached(store, [item, mode])
             if hit is None:
                 pending[mode].append((r, item))
             else:
@@ -117,7 +102,7 @@ def _answers(
     jobs_ = [(mode, share) for mode in MODES for share in _rounds(pending[mode]) if pending[mode]]
     if not jobs_:
         return found
-    with ThreadPoolExecutor(max(1, min(jobs, len(jobs_)))) as threads:
+    with ThreadPoolExecutor(max(1, min(asking.jobs, len(jobs_)))) as threads:
         asked = (
             {
                 "recheck": [item for _, item in share],
@@ -126,13 +111,13 @@ def _answers(
             }
             for mode, share in jobs_
         )
-        answered = list(threads.map(pool.answer, asked))
+        answered = list(threads.map(asking.pool.answer, asked))
     for (mode, share), lines in zip(jobs_, answered, strict=True):
         got = {line["recheck"]: line["record"] for line in lines if "record" in line}
         for n, (r, item) in enumerate(share):
             if n in got:
                 found.setdefault(id(r), {})[mode] = got[n]
-                store.put_json(store.key([item, mode], versions, code), got[n])
+                asking.keep(store, [item, mode], got[n])
     return found
 
 

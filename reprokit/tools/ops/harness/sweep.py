@@ -28,7 +28,7 @@ from reprokit.infra.caching import Store, file_digest
 from reprokit.records.ops import REPROS, Group, OpsSweep, Sample, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
-from reprokit.tools.ops.harness.pool import Pool, Task
+from reprokit.tools.ops.harness.pool import Asking, Pool, Task
 
 DTYPES = ("float32", "bfloat16", "float16")
 ALL_DTYPES = ("float32", "bfloat16", "float16", "int32", "int64", "bool")
@@ -87,6 +87,10 @@ class _Asked:
     cache: bool = True  # the results cache read (it is always written)
     timed: dict[str, float] = field(default_factory=dict)  # seconds of the steps after
     stale_graph: dict[str, Any] = field(default_factory=dict)  # pairs checked, found (stale.py)
+
+    def asking(self, pool: Pool | None) -> Asking:
+        """How stale.py and confirm.py ask ``pool``'s workers and cache their answers."""
+        return Asking(pool, self.options.jobs, self.versions, _code_digest(), self.cache)
 
 
 @dataclass(frozen=True)
@@ -341,14 +345,7 @@ def _stale_graphs(asked: _Asked, records: list[Sample], pool: Any) -> list[Sampl
     """The records with each stale-graph candidate judged alone and after its first call in
     fresh workers (stale.py), the probes counted in ``asked.stale_graph``."""
     begun = time.monotonic()
-    records, counts = stale.confirm(
-        records,
-        pool=pool,
-        jobs=asked.options.jobs,
-        versions=asked.versions,
-        code=_code_digest(),
-        cache=asked.cache,
-    )
+    records, counts = stale.confirm(records, asked.asking(pool))
     asked.stale_graph.clear()
     asked.stale_graph.update(counts)
     asked.timed["stale_graph"] = round(time.monotonic() - begun, 1)
@@ -364,15 +361,7 @@ def _triggers(asked: _Asked, found: list[Group], records: list[Sample], pool: An
     found = [g for g in found if g.kind != stale.KIND]
     if asked.announce and pool is not None and found:
         asked.announce(f"ops: the triggers of {len(found)} groups, checked on new samples")
-    found = stale_graphs + confirm.triggers(
-        found,
-        records,
-        pool=pool,
-        jobs=asked.options.jobs,
-        versions=asked.versions,
-        code=_code_digest(),
-        cache=asked.cache,
-    )
+    found = stale_graphs + confirm.triggers(found, records, asked.asking(pool))
     asked.timed["triggers"] = round(time.monotonic() - begun, 1)
     return sorted(found, key=lambda g: order[g.id])
 
