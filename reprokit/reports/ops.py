@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reprokit.records import Reports, RunSummary
-from reprokit.records.ops import OPS, Group, OpsSweep, read_ops
+from reprokit.records.ops import OPS, VERDICTS, Group, OpsSweep, read_ops
 from reprokit.records.ops_releases import is_ops_releases_folder
 from reprokit.records.report import REPORT_MD
 
@@ -196,7 +196,7 @@ def _families(sweep: OpsSweep) -> list[str]:
     for g in sweep.groups:
         row = kinds.setdefault(family(g.op), {})
         row[g.kind] = row.get(g.kind, 0) + 1
-    verdicts = ("match", "differs", "precision", "skip", "platform", "cpu_wrong")
+    verdicts = VERDICTS
     lines = [
         "## Per op family",
         "",
