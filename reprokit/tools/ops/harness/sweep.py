@@ -87,10 +87,13 @@ class _Asked:
     cache: bool = True  # the results cache read (it is always written)
     timed: dict[str, float] = field(default_factory=dict)  # seconds of the steps after
     stale_graph: dict[str, Any] = field(default_factory=dict)  # pairs checked, found (stale.py)
+    # The digests of SOURCES, read once as the sweep begins: every cache key of one sweep
+    # names the same worker code, even if a file changes while it runs
+    code: list[str | None] = field(default_factory=lambda: [file_digest(p) for p in SOURCES])
 
     def asking(self, pool: Pool | None) -> Asking:
         """How stale.py and confirm.py ask ``pool``'s workers and cache their answers."""
-        return Asking(pool, self.options.jobs, self.versions, _code_digest(), self.cache)
+        return Asking(pool, self.options.jobs, self.versions, self.code, self.cache)
 
 
 @dataclass(frozen=True)
@@ -167,10 +170,10 @@ def sweep_ops(
 def _from_cache(tasks: list[Task], asked: _Asked, records: list[Sample]) -> list[Task]:
     """The tasks the results cache does not hold (all without ``asked.cache``); the records
     of those it holds added to ``records``."""
-    store, code = Store("ops"), _code_digest()
+    store = Store("ops")
     pending = []
     for task in tasks:
-        hit = store.get_json(_key(task, asked.versions, code)) if asked.cache else None
+        hit = store.get_json(_key(task, asked)) if asked.cache else None
         if hit is None:
             pending.append(task)
         else:
@@ -189,7 +192,7 @@ def _judge(
     """``pending`` judged by ``pool``'s workers, each task's records stored in the results
     cache and added to ``records`` as it ends; progress said as tasks end and every few
     seconds."""
-    store, code = Store("ops"), _code_digest()
+    store = Store("ops")
     counted = [total - len(pending)]
 
     def said(samples: int) -> None:
@@ -198,7 +201,7 @@ def _judge(
             progress(Progress(counted[0], total, samples, seconds))
 
     def finished(task: Task, found: list[dict[str, Any]]) -> None:
-        store.put_json(_key(task, asked.versions, code), found)
+        store.put_json(_key(task, asked), found)
         records.extend(_stamped(task, found))
         counted[0] += 1
         said(len(records))
@@ -255,19 +258,15 @@ def _versions(python: str) -> dict[str, str]:
     return found
 
 
-def _code_digest() -> list[str | None]:
-    return [file_digest(path) for path in SOURCES]
-
-
-def _key(task: Task, versions: dict[str, str], code: list[str | None]) -> str:
-    return Store.key(task.to_json(), versions, code)
+def _key(task: Task, asked: _Asked) -> str:
+    return Store.key(task.to_json(), asked.versions, asked.code)
 
 
 def _listing(pool: Pool, names: list[str], asked: _Asked, *, cache: bool) -> dict[str, Any]:
     """The OpInfos asked for, listed by a worker (cached: the list of an unchanged torch)."""
     request = {"names": list(names), "dtypes": list(asked.dtypes), "grad": asked.grad}
     store = Store("ops-listing")
-    key = store.key(request, asked.versions, _code_digest())
+    key = store.key(request, asked.versions, asked.code)
     found = store.get_json(key) if cache else None
     if found is None:
         found = pool.listing(request)
