@@ -217,13 +217,18 @@ def bisect(
     )  # fmt: skip
 
 
-def wrap(command: list[str], *, run_dir: Path | str, options: Options | None = None) -> RunSummary:
+def wrap(
+    command: list[str], *, run_dir: Path | str, options: Options | None = None,
+    recompiles: bool = False,
+) -> RunSummary:  # fmt: skip
     """Run ``command`` (your own script) under torch_xla's debug settings as the one stage of
-    a run in ``run_dir``, which ``report`` turns into an issue (reprokit.tools.wrap)."""
+    a run in ``run_dir``, which ``report`` turns into an issue (reprokit.tools.wrap);
+    ``recompiles``: each compile after the first explained (docs/recompiles.md)."""
     from reprokit.runner.options import Options
     from reprokit.tools.wrap import wrap as wrap_command
 
-    return wrap_command(list(command), run_dir=Path(run_dir), options=options or Options())
+    return wrap_command(list(command), run_dir=Path(run_dir), options=options or Options(),
+                        recompiles=recompiles)  # fmt: skip
 
 
 def sweep(

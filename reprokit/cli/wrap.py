@@ -34,15 +34,36 @@ def wrap_(
     dump_hlo: WrapHloOpt = False,
     timeout: WrapTimeoutOpt = TIMEOUT,
     xla_device: XlaDeviceOpt = None,
-) -> None:
+    recompiles: Annotated[bool, typer.Option(
+        "--recompiles", help="record every graph it compiles and say why each compiled again"
+    )] = False,
+) -> None:  # fmt: skip
     """Your own script under torch_xla's debug settings, as one stage of a run that
     `reprokit report` turns into an issue; the exit code is the script's."""
     from reprokit.tools.wrap import exit_code
 
     given = {"timeout": timeout, "xla_device": xla_device, "dump_hlo": dump_hlo}
     run_dir = output or default_run_dir()
-    summary = reprokit.wrap(command, run_dir=run_dir, options=build_options(given))
+    summary = reprokit.wrap(command, run_dir=run_dir, options=build_options(given),
+                            recompiles=recompiles)  # fmt: skip
     (variant,) = summary.variants
     out.print(variant_line(variant), highlight=False)
+    if recompiles:
+        out.print(_recompile_lines(run_dir, variant), highlight=False)
     out.print(f"run folder: {escape(str(run_dir))}; next: reprokit report {escape(str(run_dir))}")
     raise typer.Exit(exit_code(summary))
+
+
+def _recompile_lines(run_dir, variant) -> str:
+    """How many graphs the script compiled, and a line per compile after the first."""
+    from reprokit.reports.recompiles import read_recompiles
+
+    found = read_recompiles(run_dir, variant.label, variant.stages[0].name)
+    if found is None:
+        return "recompiles: the script ran no XLA graph"
+    lines = [f"recompiles: {len(found.compiles)} graphs compiled in {found.steps} steps, "
+             f"{len(found.recompiles)} after the first"]  # fmt: skip
+    for cause, line, compiles in found.by_cause():
+        steps = ", ".join(str(c.step) for c in compiles[:6])
+        lines.append(f"  {cause.value} at {line} (steps {steps}): {compiles[0].what}")
+    return escape("\n".join(lines))

@@ -208,11 +208,17 @@ def _wrapped_script(shown: Evidence) -> list[str]:
 
 
 def _output(shown: Evidence) -> list[str]:
-    """``reprokit wrap``: the last lines the script printed."""
-    if shown.wrapped is None or not shown.wrapped.output:
+    """``reprokit wrap``: the last lines the script printed, and why it compiled again."""
+    if shown.wrapped is None:
         return []
-    lines = shown.wrapped.output
-    return [f"The last {len(lines)} lines it printed (stdout):", "", *fenced("\n".join(lines)), ""]
+    lines, found = shown.wrapped.output, shown.wrapped.recompiles
+    parts = [f"The last {len(lines)} lines it printed (stdout):", "",
+             *fenced("\n".join(lines)), ""] if lines else []  # fmt: skip
+    if found is not None:
+        parts += [found.said, ""]
+        parts += [*table(found.causes), ""] if found.causes.rows else []
+        parts += collapsed(f"every compile ({len(found.compiles.rows)})", table(found.compiles))
+    return parts
 
 
 def _failed(stage: FailedStage) -> list[str]:

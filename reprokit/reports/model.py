@@ -62,13 +62,27 @@ class Script:
 
 
 @dataclass(frozen=True)
+class Recompiled:
+    """``reprokit wrap --recompiles``: how many graphs it compiled, why each compiled again
+    (a row per cause and line), every compile, and how many each step compiled (plotted)."""
+
+    said: Text
+    causes: Table
+    compiles: Table
+    per_step: tuple[int, ...]
+    torch_xla: tuple[Text, ...] = ()  # causes that are torch_xla's, not the script's
+
+
+@dataclass(frozen=True)
 class Wrapped:
     """``reprokit wrap``: the user's script as it ran (its copy in the run folder, whose path
-    there is its label) and the last lines it printed (its losses, say)."""
+    there is its label), the last lines it printed (its losses, say), and with --recompiles
+    why it compiled again."""
 
     command: str
     script: Script | None = None
     output: tuple[str, ...] = ()
+    recompiles: Recompiled | None = None
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,14 @@ from reprokit.records.folder import (
     log_path,
     log_tail,
 )
+from reprokit.records.recompiles import COMPILES, GRAPHS, RECOMPILES
 from reprokit.records.xla import CACHED
 from reprokit.reports.evidence import WRAP_CASE, WRAP_SCRIPT
 from reprokit.runner import backends
 from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import run_command
 from reprokit.runner.scheduler import now
+from reprokit.tools.recompiles import record_recompiles, recording_env
 
 STAGE = "script"
 DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)
@@ -56,18 +58,26 @@ OUTPUT_LINES = 20  # of the script's stdout, in its record and the report
 LINE_WIDTH = 400  # characters of one output line kept (a progress bar can be endless)
 
 
-def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
-    """Run ``command`` as the one stage of a run in ``run_dir``; the summary says how it ended."""
+def wrap(
+    command: list[str], *, run_dir: Path, options: Options, recompiles: bool = False
+) -> RunSummary:
+    """Run ``command`` as the one stage of a run in ``run_dir``; the summary says how it ended.
+    ``recompiles``: every graph it compiles recorded and each compile explained
+    (reprokit.tools.recompiles), in the stage's RECOMPILES."""
     if not command:
         raise ReprokitError("nothing to run", hint="reprokit wrap -- python train.py ARGS")
+    if recompiles and options.dump_hlo:  # both are torch_xla's one XLA_SAVE_TENSORS_FILE
+        raise ReprokitError("--recompiles and --dump-hlo cannot be given together",
+                            hint="torch_xla writes its graphs to one file, in one format: "
+                            "run reprokit wrap twice, once with each")  # fmt: skip
     start, started = time.monotonic(), now()
     label = _label(command)
     variant_dir = RunFolder(Path(run_dir)).variant(label)
     stage_dir = variant_dir.stage(STAGE).path
     stage_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (WRAP_METRICS, WRAP_DEVICES):  # an earlier wrap into the same folder's
-        (stage_dir / stale).unlink(missing_ok=True)
-    env = child_env(stage_dir, options)
+    for stale in (WRAP_METRICS, WRAP_DEVICES, RECOMPILES, COMPILES, *_graphs(stage_dir)):
+        (stage_dir / stale).unlink(missing_ok=True)  # an earlier wrap into the same folder's
+    env = child_env(stage_dir, options) | (recording_env(stage_dir) if recompiles else {})
     folder = variant_dir.path
     copied = copy_script(command, folder, Path.cwd())  # before it runs: as it ran
     try:
@@ -79,6 +89,8 @@ def wrap(command: list[str], *, run_dir: Path, options: Options) -> RunSummary:
         raise ReprokitError(f"no such program: {command[0]!r}", hint="Give a command to run, "
                             "e.g. reprokit wrap -- python train.py") from None  # fmt: skip
     output = output_tail(log_path(folder, STAGE, "stdout"))
+    if recompiles:
+        record_recompiles(stage_dir)
     result = replace(last_words(result, folder), xla=read_evidence(stage_dir), stdout_tail=output)
     shown = redact_text(shlex.join(command))
     variant = VariantResult(
@@ -112,6 +124,10 @@ def child_env(stage_dir: Path, options: Options) -> dict[str, str]:
             "XLA_SAVE_TENSORS_FILE": str(stage_dir / HLO),
         }
     return env
+
+
+def _graphs(stage_dir: Path) -> list[str]:
+    return [path.name for path in stage_dir.glob(f"{GRAPHS}.*")]
 
 
 def exit_code(summary: RunSummary) -> int:

@@ -1,0 +1,57 @@
+"""``reprokit wrap --recompiles`` in a report: how many graphs the script compiled, and for
+each cause of a compile after the first, which line, what differs, which compiles and steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reprokit.records.folder import RunFolder
+from reprokit.records.recompiles import RECOMPILES, Recompiles
+from reprokit.reports.model import Cell, Recompiled, Table
+
+HEADER = ("cause", "line", "what differs", "compiles", "steps")
+ALL_HEADER = ("compile", "step", "cause", "line", "what differs", "torch_xla's word")
+
+
+def read_recompiles(run_dir: Path, label: str, stage: str) -> Recompiles | None:
+    """The stage's recompiles.json, when the script was wrapped with --recompiles."""
+    path = RunFolder(run_dir).variant(label).stage(stage).path / RECOMPILES
+    try:
+        return Recompiles.from_json(json.loads(path.read_text("utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def recompile_section(found: Recompiles) -> Recompiled:
+    """The section: a sentence, one row per cause and line, every compile, compiles per step."""
+    count, again = len(found.compiles), len(found.recompiles)
+    said = (f"torch_xla compiled {count} graph{'s' * (count != 1)} in {found.steps} "
+            f"step{'s' * (found.steps != 1)} ({found.syncs} graph executions).")  # fmt: skip
+    if not again:
+        said += " **No step compiled again**: every graph after the first was in the cache."
+    else:
+        said += f" **{again} compile{'s' * (again != 1)} after the first**, by cause:"
+    rows = tuple(
+        (Cell(cause.value, tone="bad" if cause.torch_xla else ""), Cell(line, code=True),
+         Cell(compiles[0].what), Cell(", ".join(str(c.number) for c in compiles)),
+         Cell(_steps(c.step for c in compiles)))
+        for cause, line, compiles in found.by_cause()
+    )  # fmt: skip
+    every = tuple(
+        (Cell(str(c.number)), Cell(str(c.step)), Cell(c.cause.value), Cell(c.line, code=True),
+         Cell(c.what), Cell(c.trigger))
+        for c in found.compiles
+    )  # fmt: skip
+    return Recompiled(
+        said,
+        Table(HEADER, rows, title="Why it compiled again"),
+        Table(ALL_HEADER, every, title="Every compile"),
+        tuple(found.per_step()),
+        torch_xla=tuple(c.what for c in found.recompiles if c.cause.torch_xla),
+    )
+
+
+def _steps(steps) -> str:
+    shown = sorted(set(steps))
+    return ", ".join(map(str, shown[:8])) + (f" (+{len(shown) - 8})" if len(shown) > 8 else "")
