@@ -62,7 +62,7 @@ def _recompile_lines(run_dir, variant) -> str:
     if found is None:
         return "recompiles: the script ran no XLA graph"
     lines = [f"recompiles: {len(found.compiles)} graphs compiled in {found.steps} steps, "
-             f"{len(found.recompiles)} after the first"]  # fmt: skip
+             f"{len(found.recompiles)} recompiles"]  # fmt: skip
     for cause, line, compiles in found.by_cause():
         steps = ", ".join(str(c.step) for c in compiles[:6])
         lines.append(f"  {cause.value} at {line} (steps {steps}): {compiles[0].what}")

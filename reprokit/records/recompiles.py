@@ -23,7 +23,7 @@ VERSION = 1  # of recompiles.json
 class Cause(enum.Enum):
     """What differs between a compiled graph and the nearest graph compiled before it."""
 
-    FIRST = "first graph"  # nothing compiled before it
+    FIRST = "first graph"  # the first synced from its place in the script: it must compile
     SETUP = "setup ran with the first step"  # the first graph held work from before the loop
     INPUT_SHAPE = "input shape"  # an input (a device tensor) has another shape
     DTYPE = "dtype"  # an input or an operation has another dtype
@@ -75,7 +75,7 @@ class Recompiles:
 
     @property
     def recompiles(self) -> tuple[Compile, ...]:
-        """Every compile after the first."""
+        """Every compile after the first of its place: the ones a script could do without."""
         return tuple(c for c in self.compiles if c.cause is not Cause.FIRST)
 
     def by_cause(self) -> list[tuple[Cause, str, tuple[Compile, ...]]]:

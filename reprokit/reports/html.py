@@ -99,12 +99,29 @@ def _evidence(shown: Evidence) -> list[str]:
 
 
 def _output(shown: Evidence) -> list[str]:
-    """``reprokit wrap``: the last lines the script printed."""
-    if shown.wrapped is None or not shown.wrapped.output:
+    """``reprokit wrap``: the last lines the script printed, and why it compiled again."""
+    if shown.wrapped is None:
         return []
-    lines = shown.wrapped.output
+    lines, found = shown.wrapped.output, shown.wrapped.recompiles
     text = escape("\n".join(lines))
-    return [f"<p>The last {len(lines)} lines it printed (stdout):</p><pre>{text}</pre>"]
+    parts = [f"<p>The last {len(lines)} lines it printed (stdout):</p><pre>{text}</pre>"] \
+        if lines else []  # fmt: skip
+    if found is not None:
+        parts += [f"<p>{_text(found.said)}</p>"]
+        parts += _table(found.causes, title=False) if found.causes.rows else []
+        parts += _figures("Graphs compiled per step", [_per_step(found.per_step)])
+        parts += _table(found.compiles)
+    return parts
+
+
+def _per_step(counts: tuple[int, ...]) -> Figure:
+    """A bar per step: how many graphs it compiled (0 once the cache holds the step's)."""
+    figure, axes = _figure(6, 2.4)
+    axes.bar(range(1, len(counts) + 1), counts, color="#b00020")
+    axes.set(xlabel="step", ylabel="graphs compiled")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    return figure
 
 
 def _table(found: Table, rows: list | None = None, *, title: bool = True) -> list[str]:

@@ -1,8 +1,9 @@
 """Each compile after the first, explained: the nearest earlier compiled graph, and what
 differs from it, in the script's words and with its line.
 
-A graph is compared first with the earlier graphs synced from the same place (the same line,
-a step's end or a value read), else with any earlier graph. Two graphs are aligned node by
+A graph is compared with the earlier graphs synced from the same place (the same line, a
+step's end or a value read); the first graph of a place compiles once, as it must (a step cut
+short by a value read aside, which adds graphs to every step). Two graphs are aligned node by
 node on their operations (difflib's matching blocks, the way a text diff aligns lines); the
 differences are then named in the order a user looks for a cause: an input's dtype or shape,
 a number written into the graph, operations that came or went, another operation's shape.
@@ -62,28 +63,44 @@ def _explain(sync: Sync, before: list[tuple[Compile, Sync]], syncs: list[Sync]) 
     read = _read_before(sync, syncs)
     if not same_site and (read is not None or not sync.step_end):
         return Cause.VALUE_READ, _cut(sync, read), str((read or sync).user_line), None
-    score, found, earlier = max(((_similarity(sync, s), c, s) for c, s in same_site or before),
+    if not same_site:  # a graph of its own place (an eval loop, say) compiles once: expected
+        return Cause.FIRST, "", synced, None
+    score, found, earlier = max(((_similarity(sync, s), c, s) for c, s in same_site),
                                 key=lambda x: (x[0], x[1].number))  # fmt: skip
     if score < NEW_BELOW:
         return Cause.NEW_GRAPH, f"{len(sync.nodes)} operations unlike any graph before it", \
             synced, found.number  # fmt: skip
-    cause, what, line = _difference(earlier.nodes, sync.nodes)
-    first = (same_site or before)[0][0].number  # the first graph of its place
-    if found.number == first and _only_setup_left(earlier.nodes, sync.nodes):
-        cause, what, line = Cause.SETUP, *_setup(earlier.nodes, sync.nodes, found.number)
+    found_ = _differences(earlier.nodes, sync.nodes)
+    if found_ and all(cause is Cause.SETUP for cause, _, _ in found_):
+        if found.number == same_site[0][0].number:  # the first graph of its place held more
+            return Cause.SETUP, *_setup(earlier.nodes, sync.nodes, found.number), found.number
+    if not found_:
+        return Cause.NOT_IN_IR, *_not_in_ir(sync.nodes), found.number
+    cause, what, line = _said([(c if c is not Cause.SETUP else Cause.OPERATIONS, w, ln)
+                               for c, w, ln in found_])  # fmt: skip
     return cause, what, line or synced, found.number
 
 
-def _only_setup_left(first: tuple[Node, ...], new: tuple[Node, ...]) -> bool:
-    """The first graph is this one plus work from before the first sync: every operation of
-    this one is in it, at the same line, and its inputs are what that work computed."""
-    keys = {(n.op, _line(n)) for n in first if not n.input}
-    ops = [n for n in new if not n.input]
-    return bool(ops) and all((n.op, _line(n)) in keys for n in ops) and len(ops) < len(keys) + 1
+def _not_in_ir(nodes: tuple[Node, ...]) -> tuple[str, str]:
+    """The same IR text, another hash: the values torch_xla does not print differ. Its
+    scalar constants are the likeliest (a Python 0 or 1 is written in as one), then an
+    operation's own argument (``roll``'s shifts), the inputs' sharding or aliasing."""
+    lines = list(dict.fromkeys(_line(n) for n in nodes if n.op == "prim::Constant"
+                               and n.shape.endswith("[]") and _line(n)))  # fmt: skip
+    what = (
+        "the IR text is the same: what differs is not printed in it (an operation's "
+        "argument, inputs' sharding, which tensor feeds which input)"
+    )
+    if not lines:
+        return what, ""
+    return (f"the IR text is the same; the values of its constants are not printed: a Python "
+            f"number written in as one at line {', '.join(lines[:SHOWN])} (torch_xla writes 0 "
+            f"and 1 as constants; {SPECIAL_SCALARS} makes them inputs), else {what[30:]}",
+            lines[0])  # fmt: skip
 
 
 def _setup(first: tuple[Node, ...], new: tuple[Node, ...], number: int) -> tuple[str, str]:
-    """What the first graph ran beyond this one, and its first line."""
+    """What the first graph of a place ran beyond this one, and its first line."""
     lines = list(dict.fromkeys(_line(n) for n in first if not n.input))
     lines = [line for line in lines if line not in {_line(n) for n in new}]
     return (f"compile {number} also ran line {', '.join(lines)} (work pending from before its "
@@ -111,9 +128,11 @@ def _similarity(a: Sync, b: Sync) -> float:
     return SequenceMatcher(None, *ops, autojunk=False).ratio()
 
 
-def _difference(old: tuple[Node, ...], new: tuple[Node, ...]) -> tuple[Cause, str, str]:
-    """Every kind of difference between two graphs, the first kind as the cause: the inputs
-    paired (_pair_inputs), the other operations aligned on their operation and line."""
+def _differences(old: tuple[Node, ...], new: tuple[Node, ...]) -> list[tuple[Cause, str, str]]:
+    """Every difference between two graphs, (cause, what, line), the likeliest cause first:
+    the inputs paired (_pair_inputs), the other operations aligned on operation and line.
+    Operations gone and inputs new are SETUP here: all of them, and nothing else, is what a
+    first graph holding work from before its sync differs by."""
     inputs, came = _pair_inputs([n for n in old if n.input], [n for n in new if n.input])
     ops = [[n for n in nodes if not n.input] for nodes in (old, new)]
     keys = [[(n.op, _line(n)) for n in nodes] for nodes in ops]
@@ -128,10 +147,11 @@ def _difference(old: tuple[Node, ...], new: tuple[Node, ...]) -> tuple[Cause, st
     if not found:  # an operation's own shape or dtype, when no input's explains it
         found = [(c, _name(c, a, b), _line(b)) for c, differs in _DERIVED for a, b in pairs
                  if differs(a, b)]  # fmt: skip
-    if not found:
-        return (Cause.NOT_IN_IR, "the IR text is the same: what differs is not printed in it "
-                "(an operation's argument, inputs' sharding, which tensor feeds which input)",
-                "")  # fmt: skip
+    return found
+
+
+def _said(found: list[tuple[Cause, str, str]]) -> tuple[Cause, str, str]:
+    """The first difference's cause and line, and up to SHOWN of them in words."""
     said = list(dict.fromkeys(what for _, what, _ in found))
     more = f"; {len(said) - SHOWN} more" if len(said) > SHOWN else ""
     return found[0][0], "; ".join(said[:SHOWN]) + more, found[0][2]
@@ -182,9 +202,9 @@ def _operations(gone: list[Node], added: list[Node], came: list[Node]):
     for line, nodes in groupby([n for n in added if _line(n) not in lines], _line):
         yield Cause.OPERATIONS, f"line {line} now also runs {_op_list(nodes)}", line
     for node in (n for n in came if n not in special):
-        yield Cause.OPERATIONS, f"a new input, first used at line {_line(node)}", _line(node)
+        yield Cause.SETUP, f"a new input, first used at line {_line(node)}", _line(node)
     for line, nodes in groupby([n for n in gone if _line(n) not in lines], _line):
-        yield Cause.OPERATIONS, f"line {line} no longer runs {_op_list(nodes)}", line
+        yield Cause.SETUP, f"line {line} no longer runs {_op_list(nodes)}", line
 
 
 def _op_list(nodes) -> str:
