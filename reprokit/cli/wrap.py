@@ -64,6 +64,6 @@ def _recompile_lines(run_dir, variant) -> str:
     lines = [f"recompiles: {len(found.compiles)} graphs compiled in {found.steps} steps, "
              f"{len(found.recompiles)} recompiles"]  # fmt: skip
     for cause, line, compiles in found.by_cause():
-        steps = ", ".join(str(c.step) for c in compiles[:6])
+        steps = ", ".join(map(str, sorted({c.step for c in compiles})[:6]))
         lines.append(f"  {cause.value} at {line} (steps {steps}): {compiles[0].what}")
     return escape("\n".join(lines))
