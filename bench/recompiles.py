@@ -69,8 +69,15 @@ def main() -> None:
         commands = {
             "plain": [sys.executable, "train.py"],
             "wrap": [*reprokit, "-o", "run_wrap", "--", sys.executable, "train.py"],
-            "wrap --recompiles": [*reprokit, "--recompiles", "-o", "run_rc", "--",
-                                  sys.executable, "train.py"],  # fmt: skip
+            "wrap --recompiles": [
+                *reprokit,
+                "--recompiles",
+                "-o",
+                "run_rc",
+                "--",
+                sys.executable,
+                "train.py",
+            ],
         }
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.repeat):

@@ -33,7 +33,8 @@ def recompile_section(found: Recompiles) -> Recompiled:
                  "its graph once, then found it in the cache.")  # fmt: skip
     else:
         said += (f" **{again} recompile{'s' * (again != 1)}**: graphs compiled again where "
-                 "the script had compiled one already, or cut short by a value read; by cause:")  # fmt: skip
+                 "the script had compiled one already, or cut short by a value read; "
+                 "by cause:")  # fmt: skip
     rows = tuple(
         (Cell(cause.value, tone="bad" if cause.torch_xla else ""), Cell(line, code=True),
          Cell(compiles[0].what), Cell(", ".join(str(c.number) for c in compiles)),
