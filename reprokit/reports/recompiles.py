@@ -10,7 +10,7 @@ from reprokit.records.folder import RunFolder
 from reprokit.records.recompiles import RECOMPILES, Recompiles
 from reprokit.reports.model import Cell, Recompiled, Table
 
-HEADER = ("cause", "line", "what differs", "compiles", "steps")
+HEADER = ("cause", "line", "what differs", "which compiles", "in steps")
 ALL_HEADER = ("compile", "step", "cause", "line", "what differs", "torch_xla's word")
 
 

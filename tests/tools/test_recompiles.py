@@ -134,7 +134,7 @@ def test_the_report_has_the_table_and_the_plot(cli, tmp_path, monkeypatch):
     assert f"input shape at {line} (steps 3)" in result.stdout  # step 1: HEAD's sync
     assert cli("report", "run").exit_code == 0
     body = (tmp_path / "run" / "report.md").read_text()
-    assert "| cause | line | what differs | compiles | steps |" in body
+    assert "| cause | line | what differs | which compiles | in steps |" in body
     assert f"| input shape | `{line}` | an input at line {line}: f32 [4, 16] → f32 [5, 16]" in body
     html = (tmp_path / "run" / "report.html").read_text()
     assert "Graphs compiled per step" in html and "<svg" in html.split("per step", 1)[1]

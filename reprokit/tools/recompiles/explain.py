@@ -45,9 +45,9 @@ def _steps(syncs: list[Sync]) -> list[int]:
     return steps
 
 
-def _site(sync: Sync) -> tuple[str, bool]:
-    """Where a graph was synced from: the script's line, and whether it ended a step."""
-    return str(sync.user_line or ""), sync.step_end
+def _site(sync: Sync) -> tuple[tuple[str, ...], bool]:
+    """Where a graph was synced from (its frames), and whether it ended a step."""
+    return sync.place, sync.step_end
 
 
 def _explain(sync: Sync, before: list[tuple[Compile, Sync]], syncs: list[Sync]) -> tuple:
@@ -61,7 +61,8 @@ def _explain(sync: Sync, before: list[tuple[Compile, Sync]], syncs: list[Sync]) 
                 synced, None)  # fmt: skip
     same_site = [(c, s) for c, s in before if _site(s) == _site(sync)]
     read = _read_before(sync, syncs)
-    if not same_site and (read is not None or not sync.step_end):
+    cut = read is not None or not (sync.step_end or sync.in_closure)
+    if not same_site and cut:
         return Cause.VALUE_READ, _cut(sync, read), str((read or sync).user_line), None
     if not same_site:  # a graph of its own place (an eval loop, say) compiles once: expected
         return Cause.FIRST, "", synced, None
@@ -111,7 +112,7 @@ def _setup(first: tuple[Node, ...], new: tuple[Node, ...], number: int) -> tuple
 def _read_before(sync: Sync, syncs: list[Sync]) -> Sync | None:
     """The value read that cut this step just before ``sync``, if one did."""
     earlier = syncs[sync.index - 1] if sync.index else None
-    if earlier is None or earlier.step_end or earlier.user_line is None:
+    if earlier is None or earlier.step_end or earlier.in_closure or earlier.user_line is None:
         return None
     return earlier
 
@@ -152,19 +153,20 @@ def _differences(old: tuple[Node, ...], new: tuple[Node, ...]) -> list[tuple[Cau
 
 def _said(found: list[tuple[Cause, str, str]]) -> tuple[Cause, str, str]:
     """The first difference's cause and line, and up to SHOWN of them in words."""
+    found = sorted(found, key=lambda item: not item[2])  # those with a line first
     said = list(dict.fromkeys(what for _, what, _ in found))
     more = f"; {len(said) - SHOWN} more" if len(said) > SHOWN else ""
     return found[0][0], "; ".join(said[:SHOWN]) + more, found[0][2]
 
 
 def _pair_inputs(old: list[Node], new: list[Node]) -> tuple[list[tuple[Node, Node]], list[Node]]:
-    """The graphs' inputs paired, each new one with an old one of the same shape, else of the
-    same first line, else of the same dtype and rank, in order; and the new ones left over.
+    """The graphs' inputs paired, each new one with an old one of the same first line and
+    shape, else line, else shape, else dtype and rank, in order; and the new ones left over.
     (An input's line is where an operation first used it, so it moves with the code.)"""
     pairs, left = [], list(old)
     unpaired = []
-    for alike in (_same_shape, _same_line, _same_kind):
-        for node in [*unpaired] if unpaired or alike is not _same_shape else new:
+    for alike in (_same_place, _same_line, _same_shape, _same_kind):
+        for node in [*unpaired] if unpaired or alike is not _same_place else new:
             match = next((o for o in left if alike(o, node)), None)
             if match is None:
                 continue
@@ -175,6 +177,10 @@ def _pair_inputs(old: list[Node], new: list[Node]) -> tuple[list[tuple[Node, Nod
         if not unpaired:
             break
     return pairs, unpaired
+
+
+def _same_place(a: Node, b: Node) -> bool:
+    return _same_line(a, b) and _same_shape(a, b)
 
 
 def _same_shape(a: Node, b: Node) -> bool:
@@ -196,15 +202,19 @@ def _operations(gone: list[Node], added: list[Node], came: list[Node]):
                                       for g in gone)]  # fmt: skip
     for node in special:
         yield Cause.CONSTANT, (f"a number at line {_line(node)} was written into the graph as a "
-               "constant in one and is an input in the other (torch_xla writes 0 and 1 as "
-               f"constants; {SPECIAL_SCALARS} makes them inputs)"), _line(node)  # fmt: skip
+               "constant in one and is an input in the other: torch_xla writes a Python 0 or 1 "
+               f"as a constant ({SPECIAL_SCALARS} makes it an input); a Python number that "
+               "becomes a tensor after the first step (an accumulator started at `0`) changes "
+               "the graph either way: start it as a tensor on the device"), _line(node)  # fmt: skip
     lines = {_line(n) for n in special}
     for line, nodes in groupby([n for n in added if _line(n) not in lines], _line):
-        yield Cause.OPERATIONS, f"line {line} now also runs {_op_list(nodes)}", line
+        where = f"line {line}" if line else "code with no Python line (autograd's backward)"
+        yield Cause.OPERATIONS, f"{where} now also runs {_op_list(nodes)}", line
     for node in (n for n in came if n not in special):
         yield Cause.SETUP, f"a new input, first used at line {_line(node)}", _line(node)
     for line, nodes in groupby([n for n in gone if _line(n) not in lines], _line):
-        yield Cause.SETUP, f"line {line} no longer runs {_op_list(nodes)}", line
+        where = f"line {line}" if line else "code with no Python line (autograd's backward)"
+        yield Cause.SETUP, f"{where} no longer runs {_op_list(nodes)}", line
 
 
 def _op_list(nodes) -> str:

@@ -80,6 +80,19 @@ class Sync:
         """The script's own frame that synced it: the first not in a library."""
         return next((f for f in self.frames if not f.library), None)
 
+    @property
+    def place(self) -> tuple[str, ...]:
+        """Where it was synced from: every frame down to the script's own (two syncs inside
+        one library call from one line of the script are two places)."""
+        mine = self.user_line
+        frames = self.frames[: self.frames.index(mine) + 1] if mine else self.frames
+        return tuple(f"{f.function}@{f}" for f in frames)
+
+    @property
+    def in_closure(self) -> bool:
+        """Synced by a step closure, which torch_xla runs after the step's own graph."""
+        return any(f.function == "_run_step_closures" for f in self.frames)
+
 
 @dataclass
 class Analysis:
