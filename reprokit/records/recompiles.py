@@ -17,6 +17,7 @@ from reprokit.records._json import from_json
 GRAPHS = "graphs.txt"  # XLA_SAVE_TENSORS_FILE: torch_xla adds ".<device ordinal>" to it
 COMPILES = "compiles.txt"  # PT_XLA_DEBUG_FILE: torch_xla's compilation analysis
 RECOMPILES = "recompiles.json"
+HLO_DUMP = "hlo"  # XLA_FLAGS=--xla_dump_to: the module XLA compiled for each graph
 VERSION = 1  # of recompiles.json
 
 
@@ -31,13 +32,15 @@ class Cause(enum.Enum):
     OPERATIONS = "operations changed"  # operations added, removed or replaced
     VALUE_READ = "graph cut by a value read"  # .item(), print, bool() or a CPU fallback
     NEW_GRAPH = "new graph"  # nothing like an earlier graph (an eval loop, say)
+    SHARDING = "sharding"  # the compiled programs differ in an input's or output's sharding
     NOT_IN_IR = "not in the IR"  # the same IR text, another hash (sharding, aliasing, donation)
     SAME_HASH = "same hash compiled again"  # torch_xla compiled a hash it had compiled
+    SAME_PROGRAM = "equal graphs compiled again"  # the same HLO under another hash
 
     @property
     def torch_xla(self) -> bool:
         """A cause that is torch_xla's to explain, not the script's to change."""
-        return self is Cause.SAME_HASH
+        return self in (Cause.SAME_HASH, Cause.SAME_PROGRAM)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +38,7 @@ from reprokit.records.folder import (
     log_path,
     log_tail,
 )
-from reprokit.records.recompiles import COMPILES, GRAPHS, RECOMPILES
+from reprokit.records.recompiles import COMPILES, GRAPHS, HLO_DUMP, RECOMPILES
 from reprokit.records.xla import CACHED
 from reprokit.reports.evidence import WRAP_CASE, WRAP_SCRIPT
 from reprokit.runner import backends
@@ -77,7 +78,9 @@ def wrap(
     stage_dir.mkdir(parents=True, exist_ok=True)
     for stale in (WRAP_METRICS, WRAP_DEVICES, RECOMPILES, COMPILES, *_graphs(stage_dir)):
         (stage_dir / stale).unlink(missing_ok=True)  # an earlier wrap into the same folder's
-    env = child_env(stage_dir, options) | (recording_env(stage_dir) if recompiles else {})
+    shutil.rmtree(stage_dir / HLO_DUMP, ignore_errors=True)
+    env = child_env(stage_dir, options)
+    env |= recording_env(stage_dir, env) if recompiles else {}
     folder = variant_dir.path
     copied = copy_script(command, folder, Path.cwd())  # before it runs: as it ran
     try:
@@ -105,7 +108,7 @@ def wrap(
         title=f"`{shown}` under torch_xla's debug settings",
     )
     argv = ("reprokit", "wrap", "--", *map(redact_text, command))
-    env = describe_machine(probe_xla=False)
+    env = describe_machine(probe_xla=False, cached=True)  # collect_env as this boot saw it first
     summary = RunSummary(started, now(), argv, env, (variant,), xla_device=options.xla_device)
     write_summary(summary, run_dir)
     return summary

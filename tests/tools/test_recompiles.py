@@ -95,12 +95,43 @@ def line_of(name: str, body: str) -> str:
     return f"{name}.py:{next(i for i, text in enumerate(lines, 1) if '# here' in text)}"
 
 
-def test_a_number_that_is_a_constant_is_suspected_when_the_ir_is_the_same(tmp_path):
+def test_a_python_zero_then_one_is_told_from_the_compiled_programs(tmp_path):
     found = wrap(tmp_path, "scalar", SCRIPTS["special_scalar"])
-    zero_to_one, one_to_two = found.recompiles[:2]  # step 0 and 1: constants; 2: an input
-    assert zero_to_one.cause is Cause.NOT_IN_IR and "not printed" in zero_to_one.what
+    zero_to_one, one_to_two = found.recompiles  # step 0 and 1: constants; 2 on: an input
+    # the IR text is the same for 0 and 1 (torch_xla prints no constant's value): the HLO says
+    assert zero_to_one.cause is Cause.CONSTANT and "constant(0)` → `f32[] constant(1)" in \
+        zero_to_one.what  # fmt: skip
     assert zero_to_one.line == one_to_two.line == line_of("scalar", SCRIPTS["special_scalar"])
     assert one_to_two.cause is Cause.CONSTANT and "XLA_NO_SPECIAL_SCALARS=1" in one_to_two.what
+
+
+def test_an_argument_torch_xla_does_not_print_is_found_in_the_program(tmp_path):
+    body = "x = torch.randn(8, 16, device=device)\ntorch_xla.sync()\nfor step in range(3):\n" \
+           "    y = torch.roll(x, shifts=step + 1, dims=0).sum(dim=0)  # here\n" \
+           "    torch_xla.sync()\n"  # fmt: skip
+    found = wrap(tmp_path, "roll", body)
+    assert [c.cause for c in found.recompiles] == [Cause.CONSTANT, Cause.CONSTANT]
+    first = found.recompiles[0]
+    assert first.line == line_of("roll", body) and "`aten::roll`" in first.what, first
+    assert "constant(7)` → `s64[] constant(6)" in first.what  # shifts 1, then 2, of 8 rows
+
+
+def test_another_sharding_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("CPU_NUM_DEVICES", "4")
+    spmd = HEAD.replace("device = ", "xr.use_spmd()\ndevice = ")
+    head = "import numpy as np\nimport torch_xla.distributed.spmd as xs\n" \
+           "import torch_xla.runtime as xr\n" + spmd  # fmt: skip
+    body = """\
+    mesh = xs.Mesh(np.arange(4), (2, 2), ("x", "y"))
+    for step in range(4):
+        x = torch.randn(8, 16).to(device)
+        xs.mark_sharding(x, mesh, ("x", None) if step < 2 else (None, "y"))
+        y = (x * 2).sum()
+        torch_xla.sync()
+    """
+    found = wrap(tmp_path, "shard", body, head=head)
+    (again,) = found.recompiles
+    assert again.cause is Cause.SHARDING and "sharding={devices=[1,2,2]" in again.what, again
 
 
 @pytest.mark.parametrize("name", sorted(CAUSES))
@@ -197,3 +228,23 @@ def test_recompiles_round_trip_through_json():
                               Compile(2, 2, 3, "bb", Cause.DTYPE, "x", "t.py:3", 1)))  # fmt: skip
     assert Recompiles.from_json(json.loads(json.dumps(found.to_json()))) == found
     assert found.per_step() == [1, 0, 1] and [c.number for c in found.recompiles] == [2]
+
+
+MODULE = (
+    "HloModule SyncTensorsGraph.{n}, entry_computation_layout={{(f32[4]{{0}})->(f32[4]{{0}})}}\n"
+    "\nENTRY %SyncTensorsGraph.{n} (p0.1: f32[4]) -> (f32[4]) {{\n"
+    '  %p0.1 = f32[4]{{0}} parameter(0), metadata={{op_type="xla__device_data" '
+    'source_file="/a/t.py" source_line=3}}\n'
+    "  %constant.{n} = f32[] constant({value}), "
+    'metadata={{op_type="aten__mul" source_file="/a/t.py" source_line=4}}\n'
+    "  ROOT %tuple.9 = (f32[4]{{0}}) tuple(%p0.1)\n}}\n"
+)
+
+
+def test_equal_programs_under_two_hashes_are_torch_xlas():
+    mm = Node("f32[4,8]", "aten::mm", (0, 1), location=Frame("f", "t.py", 3))
+    programs = [MODULE.format(n=n, value=v) for n, v in ((5, 2), (7, 2), (8, 3))]
+    found = explain([sync(0, "aa", mm), sync(1, "bb", mm), sync(2, "cc", mm)], programs)
+    assert [c.cause for c in found] == [Cause.FIRST, Cause.SAME_PROGRAM, Cause.CONSTANT]
+    assert found[1].cause.torch_xla and "compiled an equal graph again" in found[1].what
+    assert found[2].line == "t.py:4" and "constant(2)` → `f32[] constant(3)" in found[2].what

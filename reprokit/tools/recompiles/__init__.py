@@ -8,15 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from reprokit.records._json import write_json
-from reprokit.records.recompiles import COMPILES, GRAPHS, RECOMPILES, Recompiles
+from reprokit.records.recompiles import COMPILES, GRAPHS, HLO_DUMP, RECOMPILES, Recompiles
 from reprokit.tools.recompiles.explain import explain
+from reprokit.tools.recompiles.hlo import dump_flags, hlo_of
 from reprokit.tools.recompiles.read import graph_files, read_analysis, read_syncs
 
 
 # torch_xla's switches that make it write what read.py reads (its TROUBLESHOOTING guide).
-def recording_env(stage_dir: Path) -> dict[str, str]:
-    """The wrapped script's environment for recording its graphs into ``stage_dir``."""
+def recording_env(stage_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    """What recording the graphs into ``stage_dir`` adds to the script's ``env`` (its own
+    XLA_FLAGS kept, the dump's appended)."""
+    flags = " ".join(filter(None, (env.get("XLA_FLAGS"), dump_flags(stage_dir))))
     return {
+        "XLA_FLAGS": flags,
+        "XLA_HLO_DEBUG": "1",  # each HLO instruction carries the Python line too
         "XLA_IR_DEBUG": "1",  # each IR node carries the Python line that made it
         "XLA_SAVE_TENSORS_FILE": str(stage_dir / GRAPHS),
         "XLA_SAVE_TENSORS_FMT": "text",
@@ -33,6 +38,8 @@ def record_recompiles(stage_dir: Path) -> Recompiles | None:
         return None
     syncs = read_syncs(files[0], read_analysis(stage_dir))  # the first device's process
     steps = sum(sync.step_end for sync in syncs)
-    found = Recompiles(len(syncs), steps, tuple(explain(syncs)), tuple(p.name for p in files))
+    programs = hlo_of(stage_dir, sum(sync.compiled for sync in syncs))
+    read = tuple(p.name for p in files) + ((HLO_DUMP,) if programs else ())
+    found = Recompiles(len(syncs), steps, tuple(explain(syncs, programs)), read)
     write_json(stage_dir / RECOMPILES, found.to_json())
     return found

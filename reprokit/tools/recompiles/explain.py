@@ -17,6 +17,7 @@ from difflib import SequenceMatcher
 from itertools import groupby
 
 from reprokit.records.recompiles import Cause, Compile
+from reprokit.tools.recompiles.hlo import hlo_difference
 from reprokit.tools.recompiles.read import Node, Sync
 
 NEW_BELOW = 0.2  # similarity under which a graph is new rather than a changed earlier one
@@ -24,12 +25,16 @@ SHOWN = 3  # differences named in one explanation
 SPECIAL_SCALARS = "XLA_NO_SPECIAL_SCALARS=1"  # torch_xla's switch: 0 and 1 as inputs too
 
 
-def explain(syncs: list[Sync]) -> list[Compile]:
-    """One Compile per compiled sync, in order, each with its cause."""
+def explain(syncs: list[Sync], programs: list[str] | None = None) -> list[Compile]:
+    """One Compile per compiled sync, in order, each with its cause; ``programs``: the HLO
+    module of each compile, in the same order (hlo.py), for what the IR text leaves out."""
     compiled: list[tuple[Compile, Sync]] = []
     steps = _steps(syncs)
     for sync in (s for s in syncs if s.compiled):
         cause, what, line, nearest = _explain(sync, compiled, syncs)
+        if cause is Cause.NOT_IN_IR and programs and nearest is not None:
+            cause, what, line = _programs(programs, nearest, len(compiled) + 1) or \
+                (cause, what, line)  # fmt: skip
         found = Compile(len(compiled) + 1, sync.index, steps[sync.index], sync.hash, cause,
                         what, line, nearest, len(sync.nodes), sync.trigger)  # fmt: skip
         compiled.append((found, sync))
@@ -80,6 +85,18 @@ def _explain(sync: Sync, before: list[tuple[Compile, Sync]], syncs: list[Sync]) 
     cause, what, line = _said([(c if c is not Cause.SETUP else Cause.OPERATIONS, w, ln)
                                for c, w, ln in found_])  # fmt: skip
     return cause, what, line or synced, found.number
+
+
+def _programs(programs: list[str], old: int, new: int) -> tuple[Cause, str, str] | None:
+    """What the compiled programs of compiles ``old`` and ``new`` say differs: a value or
+    attribute, a sharding, or nothing at all (torch_xla's: an equal graph, another hash)."""
+    found = hlo_difference(programs[old - 1], programs[new - 1])
+    if found is None:
+        return (Cause.SAME_PROGRAM, f"the IR and the compiled program (HLO) are those of "
+                f"compile {old}, under another hash: torch_xla compiled an equal graph again",
+                "")  # fmt: skip
+    what, line = found
+    return Cause.SHARDING if "sharding=" in what else Cause.CONSTANT, what, line
 
 
 def _not_in_ir(nodes: tuple[Node, ...]) -> tuple[str, str]:

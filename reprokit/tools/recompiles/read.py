@@ -15,6 +15,7 @@ reader cannot parse is skipped, never guessed at.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,23 +111,36 @@ def graph_files(stage_dir: Path) -> list[Path]:
 def read_syncs(graphs: Path, analysis: Analysis) -> list[Sync]:
     """Every sync of one graphs file, each marked compiled where torch_xla compiled it: the
     first sync of a hash it names in its compilation analysis, or of any new hash when there
-    is no analysis (torch_xla wrote none: another release, or the script ended first)."""
-    text = graphs.read_text("utf-8", "replace")
-    blocks = [b for b in text.split("[ScheduleSyncTensorsGraph]\n") if "## BEGIN_GRAPH" in b]
+    is no analysis (torch_xla wrote none: another release, or the script ended first). Only
+    a compiled sync keeps its nodes: a long run's file holds its graph at every step."""
     pending = list(analysis.triggers)
     seen: set[str] = set()
     syncs = []
-    for block in blocks:
+    for block in _blocks(graphs):
         found = _HASH.search(block)
-        if found is None:  # the script died while torch_xla wrote it
+        if found is None or "## BEGIN_GRAPH" not in block:  # cut short as the script died
             continue
         digest = found[1]
         trigger = _take(pending, digest)
         compiled = trigger is not None if analysis.triggers else digest not in seen
         seen.add(digest)
-        syncs.append(Sync(len(syncs), digest, _frames(block), _nodes(block), compiled,
-                          trigger or ""))  # fmt: skip
+        nodes = _nodes(block) if compiled else ()
+        syncs.append(Sync(len(syncs), digest, _frames(block), nodes, compiled, trigger or ""))
     return syncs
+
+
+def _blocks(graphs: Path) -> Iterator[str]:
+    """The file's blocks, one sync each, read a line at a time (it can be gigabytes)."""
+    block: list[str] = []
+    with graphs.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if line == "[ScheduleSyncTensorsGraph]\n" and block:
+                yield "".join(block)
+                block = []
+            elif line != "[ScheduleSyncTensorsGraph]\n":
+                block.append(line)
+    if block:
+        yield "".join(block)
 
 
 def read_analysis(stage_dir: Path) -> Analysis:
