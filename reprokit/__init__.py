@@ -219,16 +219,17 @@ def bisect(
 
 def wrap(
     command: list[str], *, run_dir: Path | str, options: Options | None = None,
-    recompiles: bool = False,
+    recompiles: bool = False, repro: bool = False,
 ) -> RunSummary:  # fmt: skip
     """Run ``command`` (your own script) under torch_xla's debug settings as the one stage of
     a run in ``run_dir``, which ``report`` turns into an issue (reprokit.tools.wrap);
-    ``recompiles``: each compile after the first explained (docs/recompiles.md)."""
+    ``recompiles``: each compile after the first explained (docs/recompiles.md); ``repro``:
+    and the fewest lines of the script that still compile again."""
     from reprokit.runner.options import Options
     from reprokit.tools.wrap import wrap as wrap_command
 
     return wrap_command(list(command), run_dir=Path(run_dir), options=options or Options(),
-                        recompiles=recompiles)  # fmt: skip
+                        recompiles=recompiles, repro=repro)  # fmt: skip
 
 
 def sweep(

@@ -16,6 +16,7 @@ from reprokit.cli.app import (
     run_option,
 )
 from reprokit.cli.progress import variant_line
+from reprokit.errors import ReprokitError
 from reprokit.run_flags import build_options
 from reprokit.runner.options import TIMEOUT, default_run_dir
 
@@ -37,6 +38,10 @@ def wrap_(
     recompiles: Annotated[bool, typer.Option(
         "--recompiles", help="record every graph it compiles and say why each compiled again"
     )] = False,
+    repro: Annotated[bool, typer.Option(
+        "--repro", help="with --recompiles: the fewest lines of the script that still compile "
+        "again (runs cut-down copies of it, minutes)"
+    )] = False,
 ) -> None:  # fmt: skip
     """Your own script under torch_xla's debug settings, as one stage of a run that
     `reprokit report` turns into an issue; the exit code is the script's."""
@@ -44,8 +49,11 @@ def wrap_(
 
     given = {"timeout": timeout, "xla_device": xla_device, "dump_hlo": dump_hlo}
     run_dir = output or default_run_dir()
+    if repro and not recompiles:
+        raise ReprokitError("--repro needs --recompiles", hint="reprokit wrap --recompiles "
+                            "--repro -- python train.py")  # fmt: skip
     summary = reprokit.wrap(command, run_dir=run_dir, options=build_options(given),
-                            recompiles=recompiles)  # fmt: skip
+                            recompiles=recompiles, repro=repro)  # fmt: skip
     (variant,) = summary.variants
     out.print(variant_line(variant), highlight=False)
     if recompiles:
@@ -56,6 +64,7 @@ def wrap_(
 
 def _recompile_lines(run_dir, variant) -> str:
     """How many graphs the script compiled, and a line per compile after the first."""
+    from reprokit.records.recompiles import RECOMPILE_REPRO
     from reprokit.reports.recompiles import read_recompiles
 
     found = read_recompiles(run_dir, variant.label, variant.stages[0].name)
@@ -66,4 +75,11 @@ def _recompile_lines(run_dir, variant) -> str:
     for cause, line, compiles in found.by_cause():
         steps = ", ".join(map(str, sorted({c.step for c in compiles})[:6]))
         lines.append(f"  {cause.value} at {line} (steps {steps}): {compiles[0].what}")
+    if found.repro is not None:
+        repro = found.repro
+        lines.append(f"repro of compile {repro.compile}: {repro.lines} of the script's "
+                     f"{repro.of} lines, exit {repro.returncode} alone "
+                     f"({RECOMPILE_REPRO} beside recompiles.json)")  # fmt: skip
+    elif found.no_repro:
+        lines.append(f"no repro: {found.no_repro}")
     return escape("\n".join(lines))

@@ -18,6 +18,7 @@ GRAPHS = "graphs.txt"  # XLA_SAVE_TENSORS_FILE: torch_xla adds ".<device ordinal
 COMPILES = "compiles.txt"  # PT_XLA_DEBUG_FILE: torch_xla's compilation analysis
 RECOMPILES = "recompiles.json"
 HLO_DUMP = "hlo"  # XLA_FLAGS=--xla_dump_to: the module XLA compiled for each graph
+RECOMPILE_REPRO = "recompile_repro.py"  # --repro: the fewest lines that still recompile
 VERSION = 1  # of recompiles.json
 
 
@@ -68,6 +69,22 @@ class Compile:
 
 
 @dataclass(frozen=True)
+class RecompileRepro:
+    """A repro of one recompile: which, its text, and how it ran alone."""
+
+    compile: int  # the number of the compile it reproduces
+    lines: int  # of the script's own, kept (of ``of``)
+    of: int
+    text: str
+    transcript: str  # the command, its output and exit code, run alone
+    returncode: int | None
+    tried: int  # shorter scripts run to find it
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Recompiles:
     """Every compile of one wrapped script, and how many graphs it ran in all."""
 
@@ -75,6 +92,8 @@ class Recompiles:
     steps: int  # steps ended (syncs of torch_xla.sync, mark_step, a loader's step end)
     compiles: tuple[Compile, ...] = ()
     files: tuple[str, ...] = field(default=())  # torch_xla's files it was read from
+    repro: RecompileRepro | None = None  # --repro: the fewest lines that still compile again
+    no_repro: str = ""  # --repro, and none was found: why
 
     @property
     def recompiles(self) -> tuple[Compile, ...]:
@@ -102,9 +121,12 @@ class Recompiles:
             "steps": self.steps,
             "files": list(self.files),
             "compiles": [c.to_json() for c in self.compiles],
+            "repro": self.repro.to_json() if self.repro else None,
+            "no_repro": self.no_repro,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recompiles:
         compiles = tuple(Compile.from_json(c) for c in data.get("compiles", ()))
-        return from_json(cls, data | {"compiles": compiles}, files=tuple)
+        repro = from_json(RecompileRepro, data["repro"]) if data.get("repro") else None
+        return from_json(cls, data | {"compiles": compiles, "repro": repro}, files=tuple)

@@ -111,6 +111,11 @@ def _output(shown: Evidence) -> list[str]:
         parts += _table(found.causes, title=False) if found.causes.rows else []
         parts += _figures("Graphs compiled per step", [_per_step(found.per_step)])
         parts += _table(found.compiles)
+        parts += [f"<p>{_text(found.repro)}</p>"] if found.repro else []
+        if found.repro_text:
+            parts += [
+                f"<pre>{escape(found.repro_text)}</pre><pre>{escape(found.repro_output)}</pre>"
+            ]
     return parts
 
 

@@ -218,6 +218,9 @@ def _output(shown: Evidence) -> list[str]:
         parts += [found.said, ""]
         parts += [*table(found.causes), ""] if found.causes.rows else []
         parts += collapsed(f"every compile ({len(found.compiles.rows)})", table(found.compiles))
+        parts += [found.repro, ""] if found.repro else []
+        if found.repro_text:
+            parts += [*fenced(found.repro_text, "python"), "", *fenced(found.repro_output), ""]
     return parts
 
 

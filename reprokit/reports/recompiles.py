@@ -52,7 +52,22 @@ def recompile_section(found: Recompiles) -> Recompiled:
         Table(ALL_HEADER, every, title="Every compile"),
         tuple(found.per_step()),
         torch_xla=tuple(c.what for c in found.recompiles if c.cause.torch_xla),
+        **_repro(found),
     )
+
+
+def _repro(found: Recompiles) -> dict[str, str]:
+    """The repro's sentence, text and output; or why there is none."""
+    if found.no_repro:
+        return {"repro": f"No repro of compile {found.recompiles[0].number}: {found.no_repro}."}
+    repro = found.repro
+    if repro is None:
+        return {}
+    shows = "exits 1 alone" if repro.returncode == 1 else f"exits {repro.returncode} alone"
+    said = (f"A repro of compile {repro.compile}: {repro.lines} of the script's {repro.of} lines "
+            f"still compile again (found in {repro.tried} runs of shorter copies); with the "
+            f"check at its end it {shows}:")  # fmt: skip
+    return {"repro": said, "repro_text": repro.text, "repro_output": repro.transcript}
 
 
 def _steps(steps) -> str:

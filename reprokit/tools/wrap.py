@@ -46,6 +46,7 @@ from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import run_command
 from reprokit.runner.scheduler import now
 from reprokit.tools.recompiles import record_recompiles, recording_env
+from reprokit.tools.recompiles.repro import add_repro
 
 STAGE = "script"
 DEBUG = {  # torch_xla's own debugging switches (its TROUBLESHOOTING guide)
@@ -60,11 +61,13 @@ LINE_WIDTH = 400  # characters of one output line kept (a progress bar can be en
 
 
 def wrap(
-    command: list[str], *, run_dir: Path, options: Options, recompiles: bool = False
-) -> RunSummary:
+    command: list[str], *, run_dir: Path, options: Options, recompiles: bool = False,
+    repro: bool = False,
+) -> RunSummary:  # fmt: skip
     """Run ``command`` as the one stage of a run in ``run_dir``; the summary says how it ended.
     ``recompiles``: every graph it compiles recorded and each compile explained
-    (reprokit.tools.recompiles), in the stage's RECOMPILES."""
+    (reprokit.tools.recompiles), in the stage's RECOMPILES; ``repro``: and the fewest lines
+    of the script that still compile again (tools/recompiles/repro.py)."""
     if not command:
         raise ReprokitError("nothing to run", hint="reprokit wrap -- python train.py ARGS")
     if recompiles and options.dump_hlo:  # both are torch_xla's one XLA_SAVE_TENSORS_FILE
@@ -92,8 +95,9 @@ def wrap(
         raise ReprokitError(f"no such program: {command[0]!r}", hint="Give a command to run, "
                             "e.g. reprokit wrap -- python train.py") from None  # fmt: skip
     output = output_tail(log_path(folder, STAGE, "stdout"))
-    if recompiles:
-        record_recompiles(stage_dir)
+    if recompiles and record_recompiles(stage_dir) is not None and repro:
+        found = script_of(command)
+        add_repro(stage_dir, Path.cwd() / found if found else None, options)
     result = replace(last_words(result, folder), xla=read_evidence(stage_dir), stdout_tail=output)
     shown = redact_text(shlex.join(command))
     variant = VariantResult(
@@ -107,7 +111,8 @@ def wrap(
         reason=None if result.status is Status.OK else f"the script {result.ended()}",
         title=f"`{shown}` under torch_xla's debug settings",
     )
-    argv = ("reprokit", "wrap", "--", *map(redact_text, command))
+    flags = ("--recompiles",) * recompiles + ("--repro",) * (recompiles and repro)
+    argv = ("reprokit", "wrap", *flags, "--", *map(redact_text, command))
     env = describe_machine(probe_xla=False, cached=True)  # collect_env as this boot saw it first
     summary = RunSummary(started, now(), argv, env, (variant,), xla_device=options.xla_device)
     write_summary(summary, run_dir)

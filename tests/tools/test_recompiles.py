@@ -248,3 +248,27 @@ def test_equal_programs_under_two_hashes_are_torch_xlas():
     assert [c.cause for c in found] == [Cause.FIRST, Cause.SAME_PROGRAM, Cause.CONSTANT]
     assert found[1].cause.torch_xla and "compiled an equal graph again" in found[1].what
     assert found[2].line == "t.py:4" and "constant(2)` → `f32[] constant(3)" in found[2].what
+
+
+def test_a_repro_is_the_fewest_lines_that_still_compile_again(cli, tmp_path, monkeypatch):
+    noise = "print('loading')\nunused = torch.ones(3) * 2\nnames = ['a', 'b']\n"
+    loop = "for step in range(4):\n    x = torch.randn(4 if step % 2 else 5, 16).to(device)\n" \
+           "    y = (x * 2).sum()\n    torch_xla.sync()\n"  # fmt: skip
+    script = "import torch\nimport torch_xla\n" + noise + "device = torch_xla.device()\n" + loop
+    (tmp_path / "noisy.py").write_text(script)
+    monkeypatch.chdir(tmp_path)
+    result = cli("wrap", "--recompiles", "--repro", "-o", "run", "--", sys.executable, "noisy.py")
+    assert result.exit_code == 0, result.output
+    assert "repro of compile 2:" in result.stdout and "exit 1 alone" in result.stdout
+    repro = (tmp_path / "run" / "noisy" / "stages" / "script" / "recompile_repro.py").read_text()
+    assert "unused" not in repro and "print('loading')" not in repro and "names" not in repro
+    assert "torch.randn(4 if step % 2 else 5, 16)" in repro
+    assert cli("report", "run").exit_code == 0
+    body = (tmp_path / "run" / "report.md").read_text()
+    assert "A repro of compile 2: 7 of the script's 10 lines" in body
+    assert "torch_xla compiled 2 graphs where 1 should do" in body and "exit 1" in body
+
+
+def test_repro_without_recompiles_is_bad_input(cli, tmp_path):
+    result = cli("wrap", "--repro", "-o", tmp_path / "run", "--", "true")
+    assert result.exit_code == 2 and "--repro needs --recompiles" in result.output

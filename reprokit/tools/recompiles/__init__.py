@@ -18,6 +18,7 @@ from reprokit.tools.recompiles.read import graph_files, read_analysis, read_sync
 def recording_env(stage_dir: Path, env: dict[str, str]) -> dict[str, str]:
     """What recording the graphs into ``stage_dir`` adds to the script's ``env`` (its own
     XLA_FLAGS kept, the dump's appended)."""
+    stage_dir = stage_dir.resolve()  # the script may change its folder: torch_xla's paths
     flags = " ".join(filter(None, (env.get("XLA_FLAGS"), dump_flags(stage_dir))))
     return {
         "XLA_FLAGS": flags,
