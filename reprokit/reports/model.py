@@ -70,7 +70,6 @@ class Recompiled:
     causes: Table
     compiles: Table
     per_step: tuple[int, ...]
-    torch_xla: tuple[Text, ...] = ()  # causes that are torch_xla's, not the script's
     repro: Text = ""  # what the repro is (or why there is none)
     repro_text: str = ""  # the repro, to paste
     repro_output: str = ""  # its run alone: the command, its output, its exit code

@@ -51,7 +51,6 @@ def recompile_section(found: Recompiles) -> Recompiled:
         Table(HEADER, rows, title="Why it compiled again"),
         Table(ALL_HEADER, every, title="Every compile"),
         tuple(found.per_step()),
-        torch_xla=tuple(c.what for c in found.recompiles if c.cause.torch_xla),
         **_repro(found),
     )
 

@@ -1,7 +1,8 @@
 """``reprokit wrap --recompiles``: why a script's step compiled again (docs/recompiles.md).
 
-read.py reads torch_xla's own record of the graphs it synced and compiled; explain.py says,
-for each compile after the first, what differs from the nearest earlier one."""
+read.py reads torch_xla's own record of the graphs it synced and compiled, hlo.py XLA's dump
+of the programs it compiled; explain.py says, for each compile after the first of its place,
+what differs from the nearest earlier one; repro.py cuts the script down to a repro of one."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from reprokit.tools.recompiles.hlo import dump_flags, hlo_of
 from reprokit.tools.recompiles.read import graph_files, read_analysis, read_syncs
 
 
-# torch_xla's switches that make it write what read.py reads (its TROUBLESHOOTING guide).
 def recording_env(stage_dir: Path, env: dict[str, str]) -> dict[str, str]:
     """What recording the graphs into ``stage_dir`` adds to the script's ``env`` (its own
-    XLA_FLAGS kept, the dump's appended)."""
+    XLA_FLAGS kept, the dump's appended): torch_xla's and XLA's own debugging switches (its
+    TROUBLESHOOTING guide), which make them write what read.py and hlo.py read."""
     stage_dir = stage_dir.resolve()  # the script may change its folder: torch_xla's paths
     flags = " ".join(filter(None, (env.get("XLA_FLAGS"), dump_flags(stage_dir))))
     return {

@@ -1,13 +1,14 @@
 """Each compile after the first, explained: the nearest earlier compiled graph, and what
 differs from it, in the script's words and with its line.
 
-A graph is compared with the earlier graphs synced from the same place (the same line, a
-step's end or a value read); the first graph of a place compiles once, as it must (a step cut
-short by a value read aside, which adds graphs to every step). Two graphs are aligned node by
-node on their operations (difflib's matching blocks, the way a text diff aligns lines); the
-differences are then named in the order a user looks for a cause: an input's dtype or shape,
-a number written into the graph, operations that came or went, another operation's shape.
-Hand-written because no library diffs torch_xla's IR.
+A graph is compared with the earlier graphs synced from the same place (the same frames down
+to the script's line, a step's end or a value read); the first graph of a place compiles
+once, as it must (a step cut short by a value read aside, which adds graphs to every step).
+Two graphs are aligned node by node on their operations (difflib's matching blocks, the way a
+text diff aligns lines); the differences are then named in the order a user looks for a
+cause: an input's dtype or shape, a number written into the graph, operations that came or
+went, another operation's shape. Where the IR text is the same, the compiled programs are
+compared (hlo.py). Hand-written because no library diffs torch_xla's IR.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def explain(syncs: list[Sync], programs: list[str] | None = None) -> list[Compil
     for sync in (s for s in syncs if s.compiled):
         cause, what, line, nearest = _explain(sync, compiled, syncs)
         if cause is Cause.NOT_IN_IR and programs and nearest is not None:
-            cause, what, line = _programs(programs, nearest, len(compiled) + 1) or \
-                (cause, what, line)  # fmt: skip
+            cause, what, line = _programs(programs, nearest, len(compiled) + 1)
+            line = line or str(sync.user_line or "")
         found = Compile(len(compiled) + 1, sync.index, steps[sync.index], sync.hash, cause,
                         what, line, nearest, len(sync.nodes), sync.trigger)  # fmt: skip
         compiled.append((found, sync))
@@ -87,7 +88,7 @@ def _explain(sync: Sync, before: list[tuple[Compile, Sync]], syncs: list[Sync]) 
     return cause, what, line or synced, found.number
 
 
-def _programs(programs: list[str], old: int, new: int) -> tuple[Cause, str, str] | None:
+def _programs(programs: list[str], old: int, new: int) -> tuple[Cause, str, str]:
     """What the compiled programs of compiles ``old`` and ``new`` say differs: a value or
     attribute, a sharding, or nothing at all (torch_xla's: an equal graph, another hash)."""
     found = hlo_difference(programs[old - 1], programs[new - 1])
