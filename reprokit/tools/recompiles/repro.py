@@ -3,10 +3,11 @@ same cause at the same line, with a footer that exits 1 when torch_xla compiled 
 than the script has places to sync from (once each should do).
 
 Delta debugging over the script's lines (tools/minimize/ddmin.py, the minimizers' own loop):
-a rest that is not valid Python is refused without running; each other rest is run alone
-(runner/processes/alone.py) under the same recording as ``wrap --recompiles`` and holds when
-it ends with exit 0 and its explanation has a recompile of the same cause at a line of the
-same text. At most ``budget`` rests are run: what is left then is the repro, shorter or not.
+a rest that is not valid Python, or lacks the recompile's line, is refused without running;
+each other rest is run alone (runner/processes/alone.py) under the same recording as ``wrap
+--recompiles`` and holds when it ends with exit 0 and its explanation has a recompile of the
+same cause at a line of the same text. At most ``budget`` rests are run: what is left then is
+the repro, shorter or not.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from reprokit.records.folder import SCRIPT
 from reprokit.records.recompiles import (
     RECOMPILE_REPRO,
     RECOMPILES,
+    Cause,
     Compile,
     RecompileRepro,
     Recompiles,
@@ -73,25 +75,33 @@ def recompile_repro(
     whole script run alone does not (it needs its arguments, files or environment)."""
     lines = script.read_text("utf-8").splitlines()
     wanted = lines[int(target.line.rsplit(":", 1)[1]) - 1].strip() if ":" in target.line else ""
-    tried = [0]
+    held: dict[tuple[str, ...], Recompiles] = {}  # each rest that held: what it recorded
+    runs = [0]
 
     def holds(rest: list[str]) -> bool:
-        if tried[0] >= budget or not _valid(rest):
+        if runs[0] >= budget or not _valid(rest) or not _keeps(rest, wanted):
             return False
-        tried[0] += 1
-        found = _record(rest, options, scratch / f"try{tried[0]}")[1]
-        return found is not None and _same(found, target, wanted, rest)
+        runs[0] += 1
+        found = _record(rest, options, scratch / f"try{runs[0]}")[1]
+        if found is None or not _same(found, target, wanted, rest):
+            return False
+        held[tuple(rest)] = found
+        return True
 
     if not holds(lines):
         return None
     kept = ddmin(lines, one_by_one(holds))
-    ran, found = _record(kept, options, scratch / "final")
-    places = sum(c.cause.value == "first graph" for c in found.compiles) if found else 0
+    places = sum(c.cause is Cause.FIRST for c in held[tuple(kept)].compiles)
     text = "\n".join(kept) + "\n" + FOOTER.format(expected=places)
     ran = run_alone(lambda where: (where / SCRIPT).write_text(text), options, scratch / "alone")
     shown = ran.transcript(options.xla_device)
-    found = (target.number, len(kept), len(lines), text, shown, ran.returncode, tried[0])
+    found = (target.number, len(kept), len(lines), text, shown, ran.returncode, runs[0])
     return RecompileRepro(*found)
+
+
+def _keeps(rest: list[str], wanted: str) -> bool:
+    """Whether ``rest`` still holds the line the recompile is at: without it, it cannot."""
+    return not wanted or any(line.strip() == wanted for line in rest)
 
 
 def _valid(rest: list[str]) -> bool:
