@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -19,6 +20,9 @@ from reprokit.cli.progress import variant_line
 from reprokit.errors import ReprokitError
 from reprokit.run_flags import build_options
 from reprokit.runner.options import TIMEOUT, default_run_dir
+
+if TYPE_CHECKING:
+    from reprokit.records import VariantResult
 
 WrapHloOpt = run_option("dump_hlo", help="save XLA's graphs as HLO text")
 
@@ -62,9 +66,9 @@ def wrap_(
     raise typer.Exit(exit_code(summary))
 
 
-def _recompile_lines(run_dir, variant) -> str:
-    """How many graphs the script compiled, and a line per compile after the first."""
-    from reprokit.records.recompiles import RECOMPILE_REPRO
+def _recompile_lines(run_dir: Path, variant: VariantResult) -> str:
+    """How many graphs the script compiled, a line per cause of a recompile, the repro."""
+    from reprokit.records.recompiles import RECOMPILE_REPRO, RECOMPILES
     from reprokit.reports.recompiles import read_recompiles
 
     found = read_recompiles(run_dir, variant.label, variant.stages[0].name)
@@ -79,7 +83,7 @@ def _recompile_lines(run_dir, variant) -> str:
         repro = found.repro
         lines.append(f"repro of compile {repro.compile}: {repro.lines} of the script's "
                      f"{repro.of} lines, exit {repro.returncode} alone "
-                     f"({RECOMPILE_REPRO} beside recompiles.json)")  # fmt: skip
+                     f"({RECOMPILE_REPRO} beside {RECOMPILES})")  # fmt: skip
     elif found.no_repro:
         lines.append(f"no repro: {found.no_repro}")
     return escape("\n".join(lines))
