@@ -69,9 +69,9 @@ def wrap_(
 def _recompile_lines(run_dir: Path, variant: VariantResult) -> str:
     """How many graphs the script compiled, a line per cause of a recompile, the repro."""
     from reprokit.records.recompiles import RECOMPILE_REPRO, RECOMPILES
-    from reprokit.reports.recompiles import read_recompiles
+    from reprokit.reports.recompiles import stage_recompiles
 
-    found = read_recompiles(run_dir, variant.label, variant.stages[0].name)
+    found = stage_recompiles(run_dir, variant.label, variant.stages[0].name)
     if found is None:
         return "recompiles: the script ran no XLA graph"
     lines = [f"recompiles: {len(found.compiles)} graphs compiled in {found.steps} steps, "

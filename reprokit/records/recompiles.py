@@ -8,8 +8,10 @@ reprokit's reading of them, RECOMPILES, which the report shows."""
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from reprokit.records._json import from_json
@@ -130,3 +132,11 @@ class Recompiles:
         compiles = tuple(Compile.from_json(c) for c in data.get("compiles", ()))
         repro = from_json(RecompileRepro, data["repro"]) if data.get("repro") else None
         return from_json(cls, data | {"compiles": compiles, "repro": repro}, files=tuple)
+
+
+def read_recompiles(stage_dir: Path) -> Recompiles | None:
+    """A stage's recompiles.json; None when there is none (no --recompiles) or it is not one."""
+    try:
+        return Recompiles.from_json(json.loads((stage_dir / RECOMPILES).read_text("utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -24,7 +24,7 @@ from reprokit.reports.model import (
     Text,
     Wrapped,
 )
-from reprokit.reports.recompiles import read_recompiles, recompile_section
+from reprokit.reports.recompiles import recompile_section, stage_recompiles
 
 COMPARISON_HEADER = ("tensor", "stage vs reference", "shape", "max abs", "max rel ¹", "mismatched")
 WRAP_CASE = "wrap"  # the case of the one variant `reprokit wrap` records
@@ -314,7 +314,7 @@ def wrapped(run_dir: Path, variant: VariantResult) -> Wrapped | None:
         text = path.read_text(encoding="utf-8", errors="replace")
         script = Script(f"{variant.label}/{path.name}", text, text.count("\n"))
     output = next((s.stdout_tail for s in variant.stages if s.stdout_tail), ())
-    found = read_recompiles(run_dir, variant.label, variant.stages[0].name) if variant.stages \
+    found = stage_recompiles(run_dir, variant.label, variant.stages[0].name) if variant.stages \
         else None  # fmt: skip
     command = str(variant.variant.get("command", ""))
     return Wrapped(command, script, tuple(output), recompile_section(found) if found else None)

@@ -3,24 +3,19 @@ each cause of a compile after the first, which line, what differs, which compile
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from reprokit.records.folder import RunFolder
-from reprokit.records.recompiles import RECOMPILES, Recompiles
+from reprokit.records.recompiles import Recompiles, read_recompiles
 from reprokit.reports.model import Cell, Recompiled, Table
 
 HEADER = ("cause", "line", "what differs", "which compiles", "in steps")
 ALL_HEADER = ("compile", "step", "cause", "line", "what differs", "torch_xla's word")
 
 
-def read_recompiles(run_dir: Path, label: str, stage: str) -> Recompiles | None:
+def stage_recompiles(run_dir: Path, label: str, stage: str) -> Recompiles | None:
     """The stage's recompiles.json, when the script was wrapped with --recompiles."""
-    path = RunFolder(run_dir).variant(label).stage(stage).path / RECOMPILES
-    try:
-        return Recompiles.from_json(json.loads(path.read_text("utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return read_recompiles(RunFolder(run_dir).variant(label).stage(stage).path)
 
 
 def recompile_section(found: Recompiles) -> Recompiled:

@@ -12,7 +12,6 @@ the repro, shorter or not.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from reprokit.records.recompiles import (
     Compile,
     RecompileRepro,
     Recompiles,
+    read_recompiles,
 )
 from reprokit.runner.options import Options
 from reprokit.runner.processes.alone import Ran, run_alone
@@ -48,9 +48,8 @@ sys.exit(1 if compiled > {expected} else 0)
 def add_repro(stage_dir: Path, script: Path | None, options: Options, budget: int = 40) -> None:
     """Look for a repro of the script's first recompile and add it (or why there is none)
     to the stage's recompiles.json; the repro itself beside it (RECOMPILE_REPRO)."""
-    path = stage_dir / RECOMPILES
-    found = Recompiles.from_json(json.loads(path.read_text("utf-8")))
-    if not found.recompiles:
+    path, found = stage_dir / RECOMPILES, read_recompiles(stage_dir)
+    if found is None or not found.recompiles:
         return
     if script is None:
         why = "the command runs no Python file of its own to cut down"
