@@ -69,7 +69,7 @@ def wrap_(
 def _recompile_lines(run_dir: Path, variant: VariantResult) -> str:
     """How many graphs the script compiled, a line per cause of a recompile, the repro."""
     from reprokit.records.recompiles import RECOMPILE_REPRO, RECOMPILES
-    from reprokit.reports.recompiles import stage_recompiles
+    from reprokit.reports.recompiles import stage_recompiles, steps_shown
 
     found = stage_recompiles(run_dir, variant.label, variant.stages[0].name)
     if found is None:
@@ -77,7 +77,7 @@ def _recompile_lines(run_dir: Path, variant: VariantResult) -> str:
     lines = [f"recompiles: {len(found.compiles)} graphs compiled in {found.steps} steps, "
              f"{len(found.recompiles)} recompiles"]  # fmt: skip
     for cause, line, compiles in found.by_cause():
-        steps = ", ".join(map(str, sorted({c.step for c in compiles})[:6]))
+        steps = steps_shown(compiles, most=6)
         lines.append(f"  {cause.value} at {line} (steps {steps}): {compiles[0].what}")
     if found.repro is not None:
         repro = found.repro

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ class Recompiles:
     syncs: int  # graph executions
     steps: int  # steps ended (syncs of torch_xla.sync, mark_step, a loader's step end)
     compiles: tuple[Compile, ...] = ()
-    files: tuple[str, ...] = field(default=())  # torch_xla's files it was read from
+    files: tuple[str, ...] = ()  # torch_xla's files it was read from
     repro: RecompileRepro | None = None  # --repro: the fewest lines that still compile again
     no_repro: str = ""  # --repro, and none was found: why
 

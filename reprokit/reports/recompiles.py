@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reprokit.records.folder import RunFolder
-from reprokit.records.recompiles import Recompiles, read_recompiles
+from reprokit.records.recompiles import Compile, Recompiles, read_recompiles
 from reprokit.reports.model import Cell, Recompiled, Table
 
 HEADER = ("cause", "line", "what differs", "which compiles", "in steps")
@@ -33,7 +33,7 @@ def recompile_section(found: Recompiles) -> Recompiled:
     rows = tuple(
         (Cell(cause.value, tone="bad" if cause.torch_xla else ""), Cell(line, code=True),
          Cell(compiles[0].what), Cell(", ".join(str(c.number) for c in compiles)),
-         Cell(_steps(c.step for c in compiles)))
+         Cell(steps_shown(compiles)))
         for cause, line, compiles in found.by_cause()
     )  # fmt: skip
     every = tuple(
@@ -64,6 +64,8 @@ def _repro(found: Recompiles) -> dict[str, str]:
     return {"repro": said, "repro_text": repro.text, "repro_output": repro.transcript}
 
 
-def _steps(steps) -> str:
-    shown = sorted(set(steps))
-    return ", ".join(map(str, shown[:8])) + (f" (+{len(shown) - 8})" if len(shown) > 8 else "")
+def steps_shown(compiles: tuple[Compile, ...], most: int = 8) -> str:
+    """The steps the compiles were in, each once, the first ``most`` of them."""
+    shown = sorted({c.step for c in compiles})
+    more = f" (+{len(shown) - most})" if len(shown) > most else ""
+    return ", ".join(map(str, shown[:most])) + more

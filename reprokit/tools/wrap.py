@@ -38,7 +38,7 @@ from reprokit.records.folder import (
     log_path,
     log_tail,
 )
-from reprokit.records.recompiles import COMPILES, GRAPHS, HLO_DUMP, RECOMPILES
+from reprokit.records.recompiles import COMPILES, HLO_DUMP, RECOMPILES
 from reprokit.records.xla import CACHED
 from reprokit.reports.evidence import WRAP_CASE, WRAP_SCRIPT
 from reprokit.runner import backends
@@ -46,6 +46,7 @@ from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import run_command
 from reprokit.runner.scheduler import now
 from reprokit.tools.recompiles import record_recompiles, recording_env
+from reprokit.tools.recompiles.read import graph_files
 from reprokit.tools.recompiles.repro import add_repro
 
 STAGE = "script"
@@ -79,7 +80,8 @@ def wrap(
     variant_dir = RunFolder(Path(run_dir)).variant(label)
     stage_dir = variant_dir.stage(STAGE).path
     stage_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (WRAP_METRICS, WRAP_DEVICES, RECOMPILES, COMPILES, *_graphs(stage_dir)):
+    graphs = [path.name for path in graph_files(stage_dir)]
+    for stale in (WRAP_METRICS, WRAP_DEVICES, RECOMPILES, COMPILES, *graphs):
         (stage_dir / stale).unlink(missing_ok=True)  # an earlier wrap into the same folder's
     shutil.rmtree(stage_dir / HLO_DUMP, ignore_errors=True)
     env = child_env(stage_dir, options)
@@ -132,10 +134,6 @@ def child_env(stage_dir: Path, options: Options) -> dict[str, str]:
             "XLA_SAVE_TENSORS_FILE": str(stage_dir / HLO),
         }
     return env
-
-
-def _graphs(stage_dir: Path) -> list[str]:
-    return [path.name for path in stage_dir.glob(f"{GRAPHS}.*")]
 
 
 def exit_code(summary: RunSummary) -> int:

@@ -106,16 +106,13 @@ def _not_in_ir(nodes: tuple[Node, ...]) -> tuple[str, str]:
     operation's own argument (``roll``'s shifts), the inputs' sharding or aliasing."""
     lines = list(dict.fromkeys(_line(n) for n in nodes if n.op == "prim::Constant"
                                and n.shape.endswith("[]") and _line(n)))  # fmt: skip
-    what = (
-        "the IR text is the same: what differs is not printed in it (an operation's "
-        "argument, inputs' sharding, which tensor feeds which input)"
-    )
+    unprinted = "an operation's argument, inputs' sharding, which tensor feeds which input"
     if not lines:
-        return what, ""
+        return f"the IR text is the same: what differs is not printed in it ({unprinted})", ""
     return (f"the IR text is the same; the values of its constants are not printed: a Python "
             f"number written in as one at line {', '.join(lines[:SHOWN])} (torch_xla writes 0 "
-            f"and 1 as constants; {SPECIAL_SCALARS} makes them inputs), else {what[30:]}",
-            lines[0])  # fmt: skip
+            f"and 1 as constants; {SPECIAL_SCALARS} makes them inputs), else what differs is "
+            f"not printed in it ({unprinted})", lines[0])  # fmt: skip
 
 
 def _setup(first: tuple[Node, ...], new: tuple[Node, ...], number: int) -> tuple[str, str]:
@@ -181,19 +178,14 @@ def _pair_inputs(old: list[Node], new: list[Node]) -> tuple[list[tuple[Node, Nod
     """The graphs' inputs paired, each new one with an old one of the same first line and
     shape, else line, else shape, else dtype and rank, in order; and the new ones left over.
     (An input's line is where an operation first used it, so it moves with the code.)"""
-    pairs, left = [], list(old)
-    unpaired = []
+    pairs, left, unpaired = [], list(old), list(new)
     for alike in (_same_place, _same_line, _same_shape, _same_kind):
-        for node in [*unpaired] if unpaired or alike is not _same_place else new:
+        for node in list(unpaired):
             match = next((o for o in left if alike(o, node)), None)
-            if match is None:
-                continue
-            left.remove(match)
-            pairs.append((match, node))
-        paired = {id(b) for _, b in pairs}
-        unpaired = [n for n in new if id(n) not in paired]
-        if not unpaired:
-            break
+            if match is not None:
+                left.remove(match)
+                unpaired.remove(node)
+                pairs.append((match, node))
     return pairs, unpaired
 
 

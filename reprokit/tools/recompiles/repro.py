@@ -113,7 +113,6 @@ def _valid(rest: list[str]) -> bool:
 
 def _record(rest: list[str], options: Options, folder: Path) -> tuple[Ran, Recompiles | None]:
     """Run ``rest`` alone under the recording; how it ran, and its recompiles."""
-    folder = folder.resolve()  # the child runs in a folder of its own: torch_xla's paths
     folder.mkdir(parents=True, exist_ok=True)
     extra = recording_env(folder, {})
     ran = run_alone(lambda where: (where / SCRIPT).write_text("\n".join(rest) + "\n"),
