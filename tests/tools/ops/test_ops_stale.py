@@ -2,9 +2,11 @@
 same shapes and another non-tensor argument. The harness's part (stale.confirm: candidates
 judged again alone and after, probes kept only as findings, the counts) with a pool that
 answers as fresh workers would; older ops.json files without the counts; then real sweeps:
-``avg_pool2d`` (``divisor_override``) and ``pixel_shuffle`` (``upscale_factor``) each give a
-stale-graph group whose repro exits 1 alone in an empty folder; ``pixel_unshuffle``, whose
-samples pair the same way (``downscale_factor`` 1 and 3), gives none: its hash holds it."""
+``avg_pool2d`` (``divisor_override``), ``pixel_shuffle`` (``upscale_factor``) and ``celu``
+(``alpha``, which none of OpInfo's samples passes: the probe made from its signature's default)
+each give a stale-graph group whose repro exits 1 alone in an empty folder; ``pixel_unshuffle``,
+whose samples pair the same way (``downscale_factor`` 1 and 3), gives none: its hash holds it.
+And the probes themselves, made in a worker from OpInfo's samples (pairs.probes)."""
 
 from __future__ import annotations
 
@@ -126,6 +128,7 @@ def swept(tmp_path_factory):
         "nn.functional.avg_pool2d",
         "nn.functional.pixel_shuffle",
         "nn.functional.pixel_unshuffle",
+        "nn.functional.celu",
     ]
     done = reprokit("ops", *ops, "--dtypes", "float32", "-o", str(root / "out"), cache=root)
     return root / "out", done
@@ -136,12 +139,14 @@ def swept(tmp_path_factory):
     [
         ("nn.functional.avg_pool2d", "divisor_override"),
         ("nn.functional.pixel_shuffle", "upscale_factor"),
+        ("nn.functional.celu", "alpha"),
     ],
 )
 def test_a_reused_graph_is_a_stale_graph_group_whose_repro_shows_it_alone(swept, op, arg, tmp_path):
     folder, done = swept
     assert done.returncode == 1, done.stdout + done.stderr
-    (group,) = [g for g in read_ops(folder).groups if g.op == op and g.kind == "stale-graph"]
+    stale = [g for g in read_ops(folder).groups if g.op == op and g.kind == "stale-graph"]
+    (group,) = [g for g in stale if g.witness["arg"] == arg]
     assert group.witness["arg"] == arg and group.reproduces_alone is True
     assert f"a second call with another {arg} returns the first call's result" in title(group)
     (tmp_path / "repro.py").write_text((folder / group.repro).read_text())
@@ -157,5 +162,32 @@ def test_an_op_whose_hash_holds_its_arguments_gives_none_and_ops_json_counts(swe
     folder, _ = swept
     sweep = read_ops(folder)
     assert not [g for g in sweep.groups if g.op == "nn.functional.pixel_unshuffle"]
-    assert sweep.stale_graph["ops_checked"] == 3 and sweep.stale_graph["found"] == 2
+    assert sweep.stale_graph["ops_checked"] == 4 and sweep.stale_graph["found"] >= 3
     assert not [r for r in sweep.records if r.probe and r.kind != "stale-graph"]
+
+
+def test_probes_change_what_no_sample_changes_and_what_no_sample_passes():
+    """OpInfo's celu samples never pass ``alpha``; softplus's all pass beta 3 and threshold
+    0.2; var's are documented only (a builtin). Each gets a probe with another value."""
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from reprokit.tools.ops.worker import pairs
+
+    def probed(name: str) -> dict:
+        (op,) = [o for o in op_db if o.name == name and not o.variant_test_name]
+        made = list(op.sample_inputs("cpu", torch.float32))
+        return {slot: (s.args, s.kwargs) for s, _, slot in pairs.probes(op, made)}
+
+    celu = probed("nn.functional.celu")
+    assert list(celu) == ["alpha"] and celu["alpha"][1]["alpha"] == 2.0  # not ``inplace``
+    softplus = probed("nn.functional.softplus")
+    assert softplus["beta"][1] == {"beta": 4, "threshold": 0.2}
+    assert softplus["threshold"][1] == {"beta": 3, "threshold": 0.4}
+    (op,) = [o for o in op_db if o.name == "var" and not o.variant_test_name]
+    params = {p.name: p for p in pairs.parameters(op)}
+    assert params["correction"].default == 1 and not params["correction"].positional
+    assert pairs.param_names(op) == ["dim"]
+    assert [pairs.another(v) for v in (True, 0, -1, 1.5, 0.0, (2, 2), "mean")] == [
+        False, 1, -2, 3.0, 0.5, (3, 3), pairs._none,
+    ]  # fmt: skip

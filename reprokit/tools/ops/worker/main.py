@@ -220,7 +220,7 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
         if stopped is not None:  # its probes, numbered after it, are not made
             skip = {"verdict": "skip", "reason": stopped, "sample": len(seen), "described": {}}
             _emit(out, {"id": task["id"], "record": skip})
-        probes = pairs.probes(seen) if not grad and not edge and stopped is None else []
+        probes = pairs.probes(op, seen) if not grad and not edge and stopped is None else []
         for k, (sample, base, _) in enumerate(probes, start=len(seen)):
             if k in describe:
                 _emit(out, {"id": task["id"], "sample": k, "code": code_of(sample, witness)})

@@ -19,19 +19,22 @@ samples in one process is where this shows, and where it is misread as the op be
 
 from __future__ import annotations
 
+import ast
 import json
+import math
 import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import torch
 from torch.testing._internal.opinfo.core import SampleInput
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import reprokit.tools.ops.worker.judge as judge
+from reprokit.infra.python_source import parse_python
 
 MOST_PROBES = 8  # argument slots changed per op and dtype
 MOST_ELEMENTS = 4096  # a probe's base sample holds at most this many elements
@@ -83,9 +86,12 @@ def _clone(value: Any) -> Any:
     return value
 
 
-def probes(samples: list[SampleInput]) -> list[tuple[SampleInput, int, Slot]]:
-    """Each argument slot changed alone (at most :data:`MOST_PROBES`): on the sample of fewest
-    elements (none empty) that has it, to the first other value another sample gives it.
+def probes(op: Any, samples: list[SampleInput]) -> list[tuple[SampleInput, int, Slot]]:
+    """Each argument slot changed alone (at most :data:`MOST_PROBES`), on the sample of fewest
+    elements (none empty) that has it: to the first other value another sample gives it, else
+    to one made from its own (:func:`another`); then each parameter of the op's signature with
+    a number or bool default that no sample passes, passed by keyword with another value
+    (``celu``'s samples never pass ``alpha``, whose value its graph's hash leaves out).
     Deterministic: the same samples give the same probes in any process."""
     sizes = [sum(t.numel() for t in _tensors(s)) for s in samples]
     found: list[tuple[SampleInput, int, Slot]] = []
@@ -101,12 +107,57 @@ def probes(samples: list[SampleInput]) -> list[tuple[SampleInput, int, Slot]]:
             base = min(bases, key=lambda i: (sizes[i], i))
             ours = slots(samples[base])[slot]
             values = (slots(samples[i])[slot] for i in having)
-            other = next((v for v in values if not _same(v, ours)), _none)
+            other = next((v for v in values if not _same(v, ours)), another(ours))
             if other is _none:
                 continue
             seen.add(slot)
             found.append((with_slot(samples[base], slot, other), base, slot))
+    return found + _unpassed(op, samples, sizes, MOST_PROBES - len(found))
+
+
+# Parameters whose other value is not another computation of the same op: the result's
+# placement or type, randomness, or a write into the input
+NOT_PROBED = ("inplace", "out", "dtype", "device", "layout", "pin_memory", "requires_grad")
+NOT_PROBED += ("memory_format", "generator", "names", "training")
+
+
+def _unpassed(
+    op: Any, samples: list[SampleInput], sizes: list[int], most: int
+) -> list[tuple[SampleInput, int, Slot]]:
+    """Probes of the op's defaulted number and bool parameters that its samples never pass:
+    each by keyword, with :func:`another` of its default, on the smallest sample."""
+    params = parameters(op)
+    names = [p.name for p in params if p.positional]
+    passed = {names[i] if i < len(names) else i for s in samples for i in range(len(s.args))}
+    passed |= {k for s in samples for k in s.kwargs}
+    bases = [i for i, size in enumerate(sizes) if 0 < size <= MOST_ELEMENTS]
+    if not bases or most <= 0:
+        return []
+    base = min(bases, key=lambda i: (sizes[i], i))
+    found = []
+    for name, default, _ in params:
+        if name in passed or name in NOT_PROBED or not isinstance(default, bool | int | float):
+            continue
+        other = another(default)
+        if other is not _none and len(found) < most:
+            found.append((with_slot(samples[base], name, other), base, name))
     return found
+
+
+def another(value: Any) -> Any:
+    """A value other than ``value`` of its kind, for a probe where no sample gives one: a bool
+    flipped, an int one further from 0 (a dim stays a dim), a float doubled (0.5 for 0, 2.0
+    for inf and NaN), a tuple each so; ``_none`` for a string or None (no other is known)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1 if value >= 0 else value - 1
+    if isinstance(value, float):
+        return value * 2 if math.isfinite(value) and value else 0.5 if value == 0 else 2.0
+    if isinstance(value, tuple | list) and value:
+        made = [another(v) for v in value]
+        return _none if _none in made else type(value)(made)
+    return _none
 
 
 def _tensors(sample: SampleInput) -> list[torch.Tensor]:
@@ -114,20 +165,65 @@ def _tensors(sample: SampleInput) -> list[torch.Tensor]:
     return [t for t in leaves if isinstance(t, torch.Tensor)]
 
 
-def param_names(op: Any) -> list[str]:
-    """The op's parameter names after its input (``avg_pool2d``: kernel_size, stride, ...),
-    from its signature or, for a builtin, its docstring's first line; [] when neither says."""
+class Param(NamedTuple):
+    name: str
+    default: Any  # ``_none``: required
+    positional: bool
+
+
+def parameters(op: Any) -> list[Param]:
+    """The op's parameters after its input (``avg_pool2d``: kernel_size, stride, ...) with
+    their defaults, from its signature or, for a builtin, its docstring's first line
+    (``var(input, dim=None, *, correction=1, ...)``); [] when neither says."""
     import inspect
 
     try:
         params = list(inspect.signature(op.op).parameters.values())
-        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
-        first = (getattr(op.op, "__doc__", None) or "").strip().split("\n", 1)[0]
-        found = re.match(r"[\w.]+\(([^)]*)\)", first)
-        names = [p.split("=")[0].strip() for p in found.group(1).split(",")] if found else []
-        names = [n for n in names if n.isidentifier()]
-    return names[1:]
+        return _documented(op.op)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    made = [
+        Param(p.name, _none if p.default is p.empty else p.default, p.kind in kinds)
+        for p in params
+        if p.kind in (*kinds, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    return made[1:]
+
+
+def _documented(fn: Any) -> list[Param]:
+    """A builtin's parameters from its docstring's first line, read as a Python signature."""
+    first = (getattr(fn, "__doc__", None) or "").strip().split("\n", 1)[0]
+    found = re.match(r"[\w.]+\(([^)]*)\)", first)
+    if not found:
+        return []
+    try:
+        args = parse_python(f"def f({found.group(1)}): pass").body[0].args  # type: ignore[attr-defined]
+    except SyntaxError:  # ``approximate = 'none'`` parses; anything else: names alone
+        names = [p.split("=")[0].strip() for p in found.group(1).split(",")]
+        return [Param(n, _none, True) for n in names if n.isidentifier()][1:]
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    made = [Param(a.arg, _literal(d), True) for a, d in zip(positional, defaults, strict=True)]
+    made += [
+        Param(a.arg, _literal(d), False)
+        for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    ]
+    return made[1:]
+
+
+def _literal(node: ast.AST | None) -> Any:
+    if node is None:
+        return _none
+    try:
+        return ast.literal_eval(node)
+    except ValueError:  # a name (torch.contiguous_format): nothing a probe changes
+        return _none
+
+
+def param_names(op: Any) -> list[str]:
+    """The op's positional parameter names after its input: a sample's ``args[i]`` is
+    the i-th."""
+    return [p.name for p in parameters(op) if p.positional]
 
 
 def differing(op: Any, a: SampleInput, b: SampleInput) -> list[str]:
