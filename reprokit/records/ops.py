@@ -30,6 +30,15 @@ KINDS = ("value", "nan-inf", "dtype", "shape", "error", "crash", "hang", "stale-
 
 VERDICTS = ("match", "differs", "precision", "skip", "platform", "cpu_wrong")
 
+# How a sample called its op beyond OpInfo's own call ("" for that): through the op's Python
+# operator (``x >> y``), with a Python number as its second operand (``x >> 2``), or both;
+# what each means in a title (tools/ops/worker/forms.py makes them)
+FORMS = {
+    "operator": "its operator",
+    "number": "a Python-number operand",
+    "operator, number": "its operator, a Python-number operand",
+}
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -79,6 +88,7 @@ class Sample:
     intermediates: str = ""
     cpu_intermediates: str = ""
     terms: str = ""  # how the terms were taken (the Jacobian, or estimated from below)
+    form: str = ""  # a call form OpInfo's samples leave out: one of FORMS
 
     @property
     def differs(self) -> bool:
@@ -143,11 +153,14 @@ class Group:
     # The op whose own divergence this is, named once there: "mean" where a loss's terms agree
     # and its reduction by mean (float16's sum overflowing) makes the difference; "" none
     cause: str = ""
+    form: str = ""  # the call form its samples used: one of FORMS, "" for OpInfo's own call
 
     @property
     def passed(self) -> str:
-        """Which pass: forward, backward or in-place."""
-        return "in-place" if self.inplace else "backward" if self.grad else "forward"
+        """Which pass: forward, backward or in-place, and the call form where there is one
+        ("forward, operator, number": ``x >> 2``)."""
+        passed = "in-place" if self.inplace else "backward" if self.grad else "forward"
+        return f"{passed}, {self.form}" if self.form else passed
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"dtypes": list(self.dtypes)}

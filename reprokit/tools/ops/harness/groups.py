@@ -46,13 +46,15 @@ def build(records: list[Sample]) -> list[Group]:
     keyed: dict[tuple, list[Sample]] = {}
     for r in records:
         if r.differs:
-            key = (r.op, r.variant, r.backend, r.kind, r.grad, r.inplace, r.arg, r.cause)
+            key = (r.op, r.variant, r.backend, r.kind, r.grad, r.inplace, r.arg, r.cause, r.form)
             keyed.setdefault(key, []).append(r)
-    groups = []  # arg: a stale graph's arguments (one group each); cause: the op that makes it
-    for (op, variant, backend, kind, grad, inplace, arg, cause), found in sorted(keyed.items()):
+    groups = []  # arg: a stale graph's arguments (one group each); cause: the op that makes it;
+    # form: the call form (``x >> 2`` is its own group beside ``torch.bitwise_right_shift``)
+    for key, found in sorted(keyed.items()):
+        op, variant, backend, kind, grad, inplace, arg, cause, form = key
         witness = min(found, key=_smallest)
         dtypes = sorted({r.dtype for r in found}, key=_dtype_rank)
-        slug = _slug(op, variant, kind, grad, backend, arg, cause)
+        slug = _slug(op, variant, kind, grad, backend, arg, cause, form)
         group = Group(
             id=slug + ("_inplace" if inplace else ""),
             op=op,
@@ -66,6 +68,7 @@ def build(records: list[Sample]) -> list[Group]:
             witness=_witness(witness),
             inplace=inplace,
             cause=cause,
+            form=form,
         )
         groups.append(replace(group, known=_known(group, group.witness)))
     return groups
@@ -90,13 +93,21 @@ def _dtype_rank(dtype: str) -> int:
 
 
 def _slug(
-    op: str, variant: str, kind: str, grad: bool, backend: str, arg: str = "", cause: str = ""
+    op: str,
+    variant: str,
+    kind: str,
+    grad: bool,
+    backend: str,
+    arg: str = "",
+    cause: str = "",
+    form: str = "",
 ) -> str:
     parts = [
         op,
         variant,
         kind.replace("-", ""),
         arg,
+        form,
         f"by_{cause}" if cause else "",
         "grad" if grad else "",
         "" if backend == "xla" else backend,
@@ -108,16 +119,21 @@ def _known(group: Group, witness: dict[str, Any]) -> str:
     """The report of docs/examples this group is, or the upstream issue that tracks it, or ""
     (reprokit/infra/known.toml and the user's REPROKIT_KNOWN files: by op and variant, dtypes,
     kind, pass, the witness's error message and arguments)."""
-    found = known.match(
-        group.op,
-        variant=group.variant,
-        dtypes=group.dtypes,
-        kind=group.kind,
-        grad=group.grad,
-        detail=witness.get("detail") or "",
-        kwargs=(witness.get("described") or {}).get("kwargs", {}),
-    )
-    return (found.report or found.upstream) if found else ""
+    described = witness.get("described") or {}
+    operator = described.get("operator", "").rstrip("_")  # and_ is __and__
+    for name in ([f"__{operator}__"] if operator else []) + [group.op]:  # x >> 2: __rshift__
+        found = known.match(
+            name,
+            variant=group.variant,
+            dtypes=group.dtypes,
+            kind=group.kind,
+            grad=group.grad,
+            detail=witness.get("detail") or "",
+            kwargs=described.get("kwargs", {}),
+        )
+        if found:
+            return found.report or found.upstream
+    return ""
 
 
 def precision(records: list[Sample]) -> list[dict[str, Any]]:
@@ -200,6 +216,7 @@ def write_repros(
             saved = repro_name(group.id, ".pt")
             shutil.copyfile(witness_dir / code["saved"], out_dir / saved)
         key = (group.op, group.variant) + (("inplace",) if group.inplace else ())
+        key += ("operator",) if "operator" in group.form else ()
         text = repro.repro_text(group, code, calls.get(key), saved)
         name = repro_name(group.id)
         (out_dir / name).write_text(text, "utf-8")

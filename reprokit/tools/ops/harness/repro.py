@@ -10,6 +10,7 @@ import ast
 from typing import Any
 
 from reprokit.infra.python_source import parse_python
+from reprokit.records.ops import FORMS
 
 MOST_LINES = 25
 # torch.testing's tolerances per dtype: within them of CPU an element is no divergence (the
@@ -99,7 +100,9 @@ def title(group: Any) -> str:
     passed = "gradient of " if group.grad else "in-place " if group.inplace else ""
     trigger = getattr(group, "trigger", None) or {}
     when = f" when {trigger['condition']}" if _confirmed(trigger) else ""
-    return f"{'/'.join(group.dtypes)} {passed}{group.op}{variant} on XLA: {what}{when}"
+    form = getattr(group, "form", "")
+    called = f" (called with {FORMS[form]})" if form in FORMS else ""
+    return f"{'/'.join(group.dtypes)} {passed}{group.op}{variant}{called} on XLA: {what}{when}"
 
 
 def _confirmed(trigger: dict[str, Any]) -> bool:
@@ -169,6 +172,8 @@ def _head(group: Any, which: str, call: str | None, saved: str | None) -> tuple[
         fn = "inplace_variant" if group.inplace else "op"
         text += f"OP = next(o.{fn} for o in op_db if {find})\n"
         call = "OP"
+    if call.startswith("operator."):  # the op's operator form: operator.rshift is x >> y
+        text += "import operator\n"
     if saved:  # beside the script, wherever it is run from
         text += (
             f'T = torch.load(__file__.rpartition("/")[0] + "/" * ("/" in __file__) + "{saved}")\n'

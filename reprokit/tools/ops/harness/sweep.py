@@ -274,9 +274,14 @@ def _listing(pool: Pool, names: list[str], asked: _Asked, *, cache: bool) -> dic
     if found["unknown"]:
         raise ReprokitError(
             f"no OpInfo named {', '.join(map(repr, found['unknown']))}",
-            hint="Give OpInfo names as torch spells them: nn.functional.softplus, mean, "
-            "linalg.vector_norm (`reprokit ops --all` sweeps every one).",
+            hint="Give OpInfo names (nn.functional.softplus, linalg.vector_norm), aten's "
+            "(aten.linalg_vector_norm.default) or an operator's (__rshift__); "
+            "`reprokit ops --all` sweeps every one.",
         )
+    for name, read in found.get("read", {}).items():  # a torch, aten or dunder name, said back
+        how = "its operator form swept beside it" if read["as"] == "operator" else "aten's name"
+        if asked.announce:
+            asked.announce(f"ops: {name} is OpInfo {', '.join(read['ops'])} ({how})")
     return found
 
 
@@ -318,6 +323,9 @@ def _finish(
     codes = _codes(records, found)
     calls = {(e["op"], e["variant"]): e["call"] for e in listing["ops"]}
     calls |= {(e["op"], e["variant"], "inplace"): e.get("inplace") or None for e in listing["ops"]}
+    for e in listing["ops"]:  # the operator forms' (forms.py): operator.rshift, operator.irshift
+        for key, name in (((), e.get("operator")), (("inplace",), e.get("inplace_operator"))):
+            calls[(e["op"], e["variant"], *key, "operator")] = name and f"operator.{name}"
     for old in out_dir.glob(REPROS):
         old.unlink()
     found = grouping.write_repros(found, codes, calls, out_dir, witness)

@@ -15,6 +15,7 @@ from torch.testing._comparison import default_tolerances
 from torch.utils._pytree import tree_leaves, tree_map
 
 import reprokit.tools.ops.worker.explain as explain
+import reprokit.tools.ops.worker.forms as forms
 import reprokit.tools.ops.worker.precision as precision
 import reprokit.tools.ops.worker.reference as reference
 from reprokit.comparison.tensors import compare_tensor
@@ -285,7 +286,7 @@ def _precision(
     what its half type's rounding explains and right in float32 (precision.py); else None."""
     if any(v.get("kind") != "value" for v in bad):
         return None  # inf/NaN, a dtype or a shape: a bug whatever the dtype
-    call = op.inplace_variant if inplace else op.op
+    call = call_for(op, sample, inplace=inplace)
 
     def made() -> tuple[Callable, tuple[Any, ...]]:
         fresh = (lambda x, *a, **k: call(x.clone(), *a, **k)) if inplace else call
@@ -319,8 +320,13 @@ def _identical(cpu: list[Any], target: list[Any]) -> bool:
     return True
 
 
+def call_for(op: Any, sample: Any, *, inplace: bool) -> Callable:
+    """What a sample calls: forms.called's function."""
+    return forms.called(op, sample, inplace=inplace)[0]
+
+
 def _runner(op: Any, sample: Any, dtype: torch.dtype, *, grad: bool, inplace: bool) -> Callable:
-    call = op.inplace_variant if inplace else op.op
+    call = call_for(op, sample, inplace=inplace)
 
     def run(
         device: str,

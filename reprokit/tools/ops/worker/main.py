@@ -39,7 +39,9 @@ import torch
 
 import reprokit.tools.ops.worker.dtypes as dtype_sets
 import reprokit.tools.ops.worker.features as features
+import reprokit.tools.ops.worker.forms as forms
 import reprokit.tools.ops.worker.judge as judge
+import reprokit.tools.ops.worker.names as op_names
 import reprokit.tools.ops.worker.pairs as pairs
 import reprokit.tools.ops.worker.samples as samples
 from reprokit.records.folder import WORKER_FEED_END, worker_batch
@@ -117,12 +119,14 @@ def listing(
 ) -> dict[str, Any]:
     """The OpInfos asked for (all when ``names`` is empty): their dtypes among ``dtypes``
     (supported on CPU), the call a repro makes, and why one is not run."""
-    chosen, unknown = [], []
+    chosen, unknown, read = [], [], {}
     for name in names:
-        found = [o for o in op_db if name in (o.name, _full(o))]
+        found, how = op_names.resolve(op_db, name)
         chosen += [o for o in found if o not in chosen]
         if not found:
             unknown.append(name)
+        elif how:  # said back: which OpInfos a torch or aten name, or a dunder, sweeps
+            read[name] = {"ops": [op_names.full_name(o) for o in found], "as": how}
     ops = []
     for op in chosen if names else op_db:
         # beyond OpInfo's declared dtypes, those CPU accepts (dtypes.py); not for an op not run
@@ -134,6 +138,9 @@ def listing(
             "variant": op.variant_test_name,
             "call": call_of(op),
             "inplace": _inplace_call(op),  # the in-place variant's name, "" when unnamed
+            # its Python operator's name in the operator module (rshift; in place irshift)
+            "operator": _operator_name(op),
+            "inplace_operator": _operator_name(op, inplace=True),
             "dtypes": swept,
             "added": added,  # of them, those OpInfo does not declare for CPU
             "grad_dtypes": [
@@ -146,11 +153,7 @@ def listing(
             "skip": _skipped(op),
         }
         ops.append(entry)
-    return {"ops": ops, "unknown": unknown, "total": len(op_db)}
-
-
-def _full(op: Any) -> str:
-    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+    return {"ops": ops, "unknown": unknown, "read": read, "total": len(op_db)}
 
 
 SPARSE = ("sparse.mm", "sparse.sampled_addmm", "to_sparse")  # results in a sparse layout
@@ -194,6 +197,11 @@ def _inplace_call(op: Any) -> str | None:
     if op.inplace_variant is None:
         return None
     return call_of(op, op.inplace_variant) or ""
+
+
+def _operator_name(op: Any, *, inplace: bool = False) -> str | None:
+    found = forms.operator_of(op, inplace=inplace)
+    return getattr(found, "__name__", None)
 
 
 def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
@@ -260,7 +268,11 @@ class _Judging:
         """``base``: the sample is a probe made from that one."""
         dtype, grad = getattr(torch, task["dtype"]), task["grad"]
         inplace = task.get("inplace", False)
-        described = samples.describe(sample) | {"features": features.of(op, sample)}
+        fn, form = forms.called(op, sample, inplace=inplace)
+        seen = features.of(op, sample) | ({"form": form} if form else {})
+        described = samples.describe(sample) | {"features": seen}
+        if "operator" in form:  # which one: known bugs name it as Python does (__rshift__)
+            described["operator"] = fn.__name__
         _emit(self.out, {"begin": task["id"], "sample": i, "described": described})
         signal.alarm(self.timeout)
         if i == _hang(task["op"]):
@@ -276,7 +288,7 @@ class _Judging:
             found = {"verdict": found["verdict"], "probe": True, "base": base}
         elif base is not None:
             found |= {"probe": True, "base": base}
-        found |= {"sample": i, "described": described}
+        found |= {"sample": i, "described": described} | ({"form": form} if form else {})
         if found["verdict"] == "differs":
             found["code"] = code_of(sample, self.witness)
         _emit(self.out, {"id": task["id"], "record": found})

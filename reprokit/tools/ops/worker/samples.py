@@ -91,12 +91,10 @@ def op_samples(op: Any, dtype: torch.dtype, *, grad: bool, edge: bool) -> Iterat
     torch.manual_seed(SEED)
     made = op.sample_inputs("cpu", dtype, requires_grad=grad)
     if not edge:
-        if op.name not in forms.BOUNDS:
-            yield from made
-            return
         made = list(made)
         yield from made
         yield from forms.forms(op, made, dtype)
+        yield from forms.operand_forms(op, made, dtype)
         return
     first = list(itertools.islice(made, 20))
     base = _base(first)
