@@ -27,6 +27,7 @@ LARGE = 70_000  # elements of the large reduction sample: past 2^16, where fp16 
 BASE_MAX = 4096  # elements of the OpInfo sample the edge samples are made from, at most
 FILLED = "edge-filled"  # the name of a sample whose tensors hold the edge values over and over
 NAN = "nan-seeded"  # the name of a sample whose one small tensor starts with NaN
+EMPTY_DIMS = "empty dim list"  # the name of a sample given dim=[]
 NAN_SEEDED = 3  # tensors of a sample given a NaN each, at most (one sample each)
 ARG_SETS = 3  # sets of arguments a unary op's line of edge values is called with, at most
 LITERAL = 64  # elements a repro writes as a literal; a larger tensor goes into its .pt file
@@ -107,6 +108,7 @@ def op_samples(op: Any, dtype: torch.dtype, *, grad: bool, edge: bool) -> Iterat
     if isinstance(op, UnaryUfuncInfo) and isinstance(base.input, torch.Tensor):
         yield from _lines(op, first, base, values, dtype)
     yield from _nan_seeded(base, len(values), dtype)
+    yield from _empty_dim_list(first)
     if dtype.is_floating_point and (isinstance(op, ReductionOpInfo) or op.name in REDUCING):
         yield from _large(base, dtype)
 
@@ -168,6 +170,26 @@ def _nan_seeded(base: SampleInput, values: int, dtype: torch.dtype) -> Iterator[
         seeded[i] = x.requires_grad_(leaves[i].requires_grad)
         input_, args, kwargs = tree_unflatten(seeded, spec)
         yield SampleInput(input_, args=args, kwargs=kwargs, name=NAN)
+
+
+def _empty_dim_list(first: list[SampleInput]) -> Iterator[SampleInput]:
+    """The first sample that passes ``dim`` by keyword, given ``dim=[]``: torch reduces over
+    every dim then (amax, var, std, vector_norm), which XLA has read as over none
+    (docs/examples/empty_dim_reductions.md). One per op: OpInfo's samples rarely hold it."""
+    for sample in first:
+        if "dim" in sample.kwargs and sample.kwargs["dim"] not in ([], ()):
+            input_, args, kwargs = tree_unflatten(
+                [_fresh(v) for v in tree_flatten((sample.input, sample.args, sample.kwargs))[0]],
+                tree_flatten((sample.input, sample.args, sample.kwargs))[1],
+            )
+            yield SampleInput(input_, args=args, kwargs=kwargs | {"dim": []}, name=EMPTY_DIMS)
+            return
+
+
+def _fresh(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    return value
 
 
 def _base(first: list[SampleInput]) -> SampleInput | None:
