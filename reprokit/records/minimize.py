@@ -36,6 +36,7 @@ class Step:
 
 
 WHERE = {"torch_xla lowering": "pytorch/xla", "XLA pass": "openxla/xla", "torch": "pytorch/pytorch"}
+WHERE["XLA:CPU code generation"] = "openxla/xla"
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Whose:
     """Whose a short repro's difference is (reprokit.tools.whose, docs/whose.md), with the
     evidence a maintainer reads."""
 
-    label: str  # "torch_xla lowering", "XLA pass NAME" or "unknown"
+    label: str  # "XLA:CPU code generation", "torch_xla lowering", "XLA pass NAME" or "unknown"
     evidence: str  # one or two sentences
     flags: str = ""  # the XLA_FLAGS that show it
     hlo: tuple[str, ...] = ()  # the HLO text to attach

@@ -1,13 +1,18 @@
-"""Whose bug a short repro shows: the HLO torch_xla emits, or one of XLA's compiler passes.
+"""Whose bug a short repro shows: XLA:CPU's code generation, the HLO torch_xla emits, or one of
+XLA's compiler passes.
 
 The repro is run alone (``alone.run_alone``: ``python -I repro.py`` in a folder of its own)
-under ``XLA_FLAGS``. With every pass disabled (``--xla_disable_all_hlo_passes=true``) XLA:CPU
-runs the HLO as torch_xla built it: a difference that survives is torch_xla's lowering. One
-that goes away is a pass's: the passes that changed the module (the file names of a
-``--xla_dump_hlo_pass_re=.*`` dump: XLA dumps after a pass only when it changed the module) are
-bisected with ``--xla_disable_hlo_passes`` down to the one whose disabling alone takes it away.
-Only exit 0 without "XLA DIFFERS" counts as gone: a repro that crashes without a pass (some
-are required on CPU) fails, and the label is then "unknown", saying which. Torch-free.
+under ``XLA_FLAGS``. First with XLA:CPU kept to AVX (``--xla_cpu_max_isa=AVX``: no FMA, no
+AVX2): a difference that goes away moves with the CPU's instructions (bilinear resizing's source
+column: one fusion computes its index with a fused multiply-add, another without, and an exact
+tie lands on either side), XLA:CPU's, not the lowering's. With every pass disabled
+(``--xla_disable_all_hlo_passes=true``) XLA:CPU runs the HLO as torch_xla built it: a difference
+that survives is torch_xla's lowering. One that goes away is a pass's: the passes that changed
+the module (the file names of a ``--xla_dump_hlo_pass_re=.*`` dump: XLA dumps after a pass only
+when it changed the module) are bisected with ``--xla_disable_hlo_passes`` down to the one whose
+disabling alone takes it away. Only exit 0 without "XLA DIFFERS" counts as gone: a repro that
+crashes without a pass (some are required on CPU) fails, and the label is then "unknown", saying
+which. Torch-free.
 """
 
 from __future__ import annotations
@@ -39,6 +44,12 @@ AFTER = re.compile(r"^([^.]+)\.after_([^.]+)\.before_[^.]+$")
 BEFORE = ".before_optimizations.txt"
 PLUMBING = {"parameter", "tuple", "get-tuple-element", "constant", "copy", "bitcast"}
 
+# XLA:CPU's own code generation: the instructions it may use. AVX is the newest set without
+# FMA and AVX2; a result that changes with it moves with the CPU, whatever the HLO says
+CODEGEN = "--xla_cpu_max_isa=AVX"
+CODEGEN_LABEL = "XLA:CPU code generation"
+FEATURES = ("fma", "avx2", "avx512f", "avx512_bf16", "amx_tile")  # what such a result reads
+
 SHOWS, GONE, FAILS = "shows", "gone", "fails"
 NEEDED_MAX = 3  # passes XLA:CPU may need, found at about log2(passes) + 1 runs each
 
@@ -51,6 +62,16 @@ def whose(repro: Callable[[Path], None] | Path, options: Options, scratch: Path)
     base = tries.run("", dump=True)
     if base[0] != SHOWS:
         return tries.done(UNKNOWN, f"The repro does not show the difference here ({base[1]}).")
+    if tries.run(CODEGEN)[0] == GONE:
+        return tries.done(
+            CODEGEN_LABEL,
+            f"Goes away when XLA:CPU generates code without AVX2 and FMA (`XLA_FLAGS={CODEGEN}`), "
+            f"every pass kept: the result depends on the CPU's instructions "
+            f"(this machine: {cpu_features() or 'its features unknown'}), not on torch_xla's "
+            "lowering (a fused multiply-add rounds once where a multiply then an add round "
+            "twice); file with openxla/xla, saying the CPU.",
+            flags=CODEGEN,
+        )  # fmt: skip
     state, said = tries.run(ALL_OFF)
     if state == SHOWS:
         return tries.done(
@@ -133,6 +154,18 @@ def _bisect(tries: _Tries, passes: tuple[str, ...], needed: Sequence[str] = ()) 
         command=f"run_hlo_module --platform=cpu --reference_platform=interpreter {{hlo}}; "
         f"the same with --xla_disable_hlo_passes={name}",
     )  # fmt: skip
+
+
+def cpu_features() -> str:
+    """The instruction sets of :data:`FEATURES` this CPU has ("fma, avx2"), from
+    /proc/cpuinfo; "" where it cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), [])  # fmt: skip
+    return ", ".join(f for f in FEATURES if f in flags)
 
 
 def _no_one(passes: Sequence[str], seen: Sequence[str]) -> str:

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from reprokit.runner.options import Options
-from reprokit.tools.whose import LOWERING, UNKNOWN, Whose, whose
+from reprokit.tools.whose import CODEGEN_LABEL, LOWERING, UNKNOWN, Whose, whose
 
 # The short-repro shape: XLA against CPU and float64, "XLA DIFFERS" and exit 1 when it shows.
 MEAN = """
@@ -50,7 +50,7 @@ def folder(tmp_path: Path, script: str) -> Path:
 def test_fp16_mean_count_is_torch_xlas_lowering(tmp_path):
     found = whose(folder(tmp_path, MEAN), Options(timeout=120), tmp_path / "scratch")
     assert found.label == LOWERING and found.where == "pytorch/xla"
-    assert found.flags == "--xla_disable_all_hlo_passes=true" and found.runs == 2
+    assert found.flags == "--xla_disable_all_hlo_passes=true" and found.runs == 3  # AVX too
     (hlo,) = found.hlo
     text = Path(hlo).read_text()  # the op's HLO as torch_xla emits it: the count in float16
     assert hlo.endswith(".before_optimizations.txt") and "f16[] convert(" in text
@@ -61,7 +61,7 @@ def test_log_of_exp_is_xlas_algebraic_simplifier(tmp_path):
     found = whose(folder(tmp_path, LOG_EXP), Options(timeout=120), tmp_path / "scratch")
     assert found.label == "XLA pass algsimp" and found.where == "openxla/xla"
     assert found.flags == "--xla_disable_hlo_passes=algsimp"
-    assert "algsimp" in found.passes and found.runs <= 2 + 2 * len(found.passes).bit_length()
+    assert "algsimp" in found.passes and found.runs <= 3 + 2 * len(found.passes).bit_length()
     (hlo,) = found.hlo  # the module before algsimp rewrote it: log(exp(x)) still there
     assert hlo.endswith(".before_algsimp.txt")
     assert "exponential(" in Path(hlo).read_text() and " log(" in Path(hlo).read_text()
@@ -81,6 +81,8 @@ from pathlib import Path
 PASSES = ["p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"]
 NEEDED, REQUIRED, ALL_OFF_FAILS = {needed!r}, {required!r}, {all_off_fails!r}
 flags = os.environ.get("XLA_FLAGS", "")
+if {fma!r} and "--xla_cpu_max_isa=AVX" in flags:  # a result of the CPU's FMA
+    raise SystemExit(print("agrees"))
 HLO = "HloModule g\\nENTRY %g (p0: f32[2]) -> f32[2] {{\\n  ROOT %a = f32[2]{{0}} add(%p0, %p0)\\n"
 if dump := re.search(r"--xla_dump_to=(\\S+)", flags):
     where = Path(dump[1])
@@ -104,9 +106,9 @@ raise SystemExit(1)
 """
 
 
-def stand_in(tmp_path: Path, needed=(), required=(), all_off_fails=False) -> Whose:
+def stand_in(tmp_path: Path, needed=(), required=(), all_off_fails=False, fma=False) -> Whose:
     script = STAND_IN.format(
-        needed=set(needed), required=set(required), all_off_fails=all_off_fails
+        needed=set(needed), required=set(required), all_off_fails=all_off_fails, fma=fma
     )
     return whose(folder(tmp_path, script), Options(timeout=60), tmp_path / "scratch")
 
@@ -115,8 +117,15 @@ def test_a_bisection_names_the_one_pass_in_about_log2_runs(tmp_path):
     found = stand_in(tmp_path, needed={"p7"})
     assert found.label == "XLA pass p7" and found.flags == "--xla_disable_hlo_passes=p7"
     assert found.passes == ("p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8")
-    assert found.runs == 2 + 5  # the base, all off; 8 to 4, 4 to 2: 2 runs each (left first), 1
+    assert found.runs == 3 + 5  # the base, AVX, all off; 8 to 4, 4 to 2: 2 runs each, then 1
     assert Path(found.hlo[0]).name == "g.1.before_p7.txt"
+
+
+def test_a_result_that_moves_with_the_cpus_instructions_is_xla_cpus_code_generation(tmp_path):
+    found = stand_in(tmp_path, needed={"p7"}, fma=True)  # gone without FMA: no pass bisected
+    assert found.label == CODEGEN_LABEL and found.where == "openxla/xla"
+    assert found.flags == "--xla_cpu_max_isa=AVX" and found.runs == 2 and not found.passes
+    assert "depends on the CPU's instructions (this machine: " in found.evidence
 
 
 def test_a_crash_with_passes_disabled_is_not_gone(tmp_path):
@@ -129,7 +138,7 @@ def test_a_crash_with_passes_disabled_is_not_gone(tmp_path):
 def test_passes_that_interact_are_unknown(tmp_path):
     found = stand_in(tmp_path, needed={"p2", "p6"})
     assert found.label == UNKNOWN and "no single one of the 8 passes" in found.evidence
-    assert found.runs == 4 and found.where == ""
+    assert found.runs == 5 and found.where == ""
 
 
 def test_passes_xla_cannot_run_without_are_found_and_kept(tmp_path):
