@@ -54,7 +54,8 @@ xla, cpu, ref = run("xla"), run("cpu"), run("cpu", f64=True)  # XLA first: its r
 if (xla.dtype, xla.shape) != (cpu.dtype, cpu.shape) or not (cpu.is_floating_point() or cpu.is_complex()):
     same = (xla.dtype, xla.shape) == (cpu.dtype, cpu.shape) and torch.equal(xla, cpu)
     raise SystemExit(print(f"{{'XLA matches' if same else 'XLA DIFFERS'}}: xla {{xla.dtype}}{{list(xla.shape)}} {{xla.flatten()[:8].tolist()}}, cpu {{cpu.dtype}}{{list(cpu.shape)}} {{cpu.flatten()[:8].tolist()}}") or int(not same))
-x, c, r = (t.flatten().double() for t in (xla, cpu, torch.where(ref.to(cpu.dtype).isinf() & ref.isfinite(), ref.to(cpu.dtype).double(), ref)))
+flat = lambda t: (torch.view_as_real(t.resolve_conj()) if t.is_complex() else t).flatten().double()  # complex: both parts
+x, c, r = (flat(t) for t in (xla, cpu, torch.where(ref.to(cpu.dtype).isinf() & ref.isfinite(), ref.to(cpu.dtype).to(ref.dtype), ref)))
 def err(t): return torch.where((t == r) | (x.isnan() & c.isnan()), 0, t - r).pow(2).mean().sqrt().item()
 gap = torch.where((x == r) | (x.isnan() & r.isnan()), 0.0, (x - r).abs()).nan_to_num(float("inf"))
 print("\\n".join(f"[{{i}}] xla {{x[i].item():.6g}}  cpu {{c[i].item():.6g}}  float64 {{r[i].item():.6g}}" for i in gap.topk(min(3, gap.numel())).indices.tolist()))

@@ -31,7 +31,7 @@ from reprokit.runner.options import Options
 from reprokit.tools.ops.harness.pool import Asking, Pool, Task
 
 DTYPES = ("float32", "bfloat16", "float16")
-ALL_DTYPES = ("float32", "bfloat16", "float16", "int32", "int64", "bool")
+ALL_DTYPES = ("float32", "bfloat16", "float16", "float64", "complex64", "int32", "int64", "bool")
 BACKENDS = ("xla",)  # torchax: not in torch_xla's environment (docs/ops.md)
 SAMPLE_TIMEOUT = 30.0  # seconds one sample may take before its worker is killed: a hang
 OPS = Path(__file__).parents[1]

@@ -264,6 +264,8 @@ def _verdict(
         return {"verdict": "platform", "reason": "subnormal flushing", "leaf": leaf}
     where = {"device": device, "fallbacks": fallbacks, "inplace": inplace, "grad": grad}
     rounded = _precision(op, sample, run, (cpu, target, ref), bad, **where)
+    if rounded is not None and "grows" in rounded:  # rounding at these values, not at others
+        return chosen | {"detail": f"{chosen['detail']}; {rounded['grows']}"}
     if rounded is not None:
         return rounded | {"detail": chosen["detail"]}
     cause = None if grad else explain.reduced(sample, run, leaf, target, device)

@@ -18,6 +18,9 @@ Two conditions, both needed (docs/ops.md, "Precision apart from bugs"):
 - **Right in float32.** The sample run again with its float16/bfloat16 tensors and dtype
   arguments in float32, on XLA and on CPU, is judged a match by the sweep's own rule: the
   lowering is right, only the dtype kept for its intermediates differs.
+- **And stays right under stress.** The float32 sample with its input's mean shifted far from
+  zero is still right (:func:`stressed`): an error that grows with the mean is a formula that
+  cancels, a bug at a user's values however small it is at OpInfo's.
 
 inf/NaN, a dtype or shape differing, errors and crashes are never precision (only ``value``
 differences are asked about). A finding says its size in ulps of the dtype at the terms'
@@ -33,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.testing._internal.opinfo.core import SampleInput
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 LOW = (torch.float16, torch.bfloat16)
@@ -46,6 +50,8 @@ OUTPUTS = 1 << 20  # a result's elements at most for its terms
 ENTRIES = 1 << 14  # a Jacobian's entries at most (beyond, the terms are estimated)
 SIGNS = 4  # random sign vectors for an estimate
 ROWS = 64  # a result's elements at most for a Jacobian taken row by row (unbatched)
+SHIFT = 1000.0  # a stressed sample's input moved by this many times its largest magnitude
+LARGEST_SHIFT = 1e30  # and by no more: float32's own range is not what is asked
 
 
 def ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -261,7 +267,47 @@ def explain(
     cpu32, xla32 = wide
     if not all(agree(k, c, t, ref[k]) for k, (c, t) in enumerate(zip(cpu32, xla32, strict=True))):
         return None
+    grows = stressed(sample, run, agree, fallbacks, device)
+    if grows:  # precision that grows is a bug: the sample stays a divergence, saying why
+        return {"verdict": "differs", "grows": grows}
     return finding(leaves, (cpu, target, ref), wide, magnitudes, proxy)
+
+
+def stressed(
+    sample: Any, run: Callable, agree: Callable, fallbacks: Callable, device: str
+) -> str | None:
+    """What shows that a half type's error is not rounding alone, or None: the sample in
+    float32 with its input's mean shifted far from zero (:data:`SHIFT` times its largest
+    magnitude, plus one) is no longer right on the backend by the sweep's own rule. A formula
+    that cancels (batch norm's variance as E[x^2] - E[x]^2, pytorch/xla#3249: float32
+    [[10000.], [10001.]] gives +-158.1 where CPU gives +-1.0) is a few ulps of a half type at
+    the sweep's small values and any size at a large mean."""
+    wide = widened(sample)
+    x = wide.input
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() < 2:
+        return None
+    offset = SHIFT * (float(x.detach().abs().max()) + 1)
+    if not offset < LARGEST_SHIFT:  # inf, NaN or near float32's largest: nothing to learn
+        return None
+    moved = (x.detach() + offset).requires_grad_(x.requires_grad)
+    shifted = SampleInput(moved, args=wide.args, kwargs=wide.kwargs)
+    try:
+        fallbacks(clear=True)
+        target = run(device, given=shifted)
+        if fallbacks():
+            return None
+        cpu, ref = run("cpu", given=shifted), run("cpu", f64=True, given=shifted)
+    except Exception:
+        return None
+    if len(target) != len(cpu) or len(ref) != len(cpu):
+        return None
+    for k, (c, t) in enumerate(zip(cpu, target, strict=True)):
+        if not agree(k, c, t, ref[k]):
+            return (
+                f"an error that grows: in float32 too once the input's mean is shifted by "
+                f"{offset:.3g}, the backend is off where CPU is not"
+            )
+    return None
 
 
 def _terms(made: Callable | None, leaf: int) -> tuple[torch.Tensor, str] | None:
