@@ -171,8 +171,12 @@ def said(trigger: dict) -> str:
         f"({d[0]} of {d[1]}), agrees otherwise ({a[0]} of {a[1]})"
     )
     right, wrong = trigger.get("confirmed", 0), trigger.get("refuted", 0)
-    if wrong:
-        return f"{text}; not confirmed: {wrong} of {right + wrong} new samples contradict it"
+    if wrong:  # never stated as the cause: the sweep's own new samples refute it
+        return (
+            f"not known: no condition the new samples bear out (the best on the sweep's samples, "
+            f"{trigger['condition']}, {d[0]} of {d[1]} and {a[0]} of {a[1]}, is contradicted by "
+            f"{wrong} of {right + wrong} new samples)"
+        )
     if right:
         return f"{text}; {right} new sample{'s' * (right > 1)} confirm{'s' * (right == 1)}"
     return f"{text}; not checked on new samples"

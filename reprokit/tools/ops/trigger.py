@@ -21,6 +21,7 @@ from typing import Any
 # Facts about a sample's values and shapes, before its argument values, before its dtype: of
 # two conditions that separate the samples alike, the one that says why is stated
 VALUE_CLASSES = ("NaN", "+inf", "-inf", "-0", "subnormal", "|x| > sqrt(max)", "near max")
+IN = " in "  # a value class in one named argument: "NaN in weight" (features.py)
 SHAPE_FACTS = ("uneven chunks", "empty", "0-d", "size-1 dim", "broadcast", "non-contiguous")
 KEEP = 6  # candidate rules kept for the confirmation to tell apart
 
@@ -135,18 +136,24 @@ def _f1(mask: int, mine: int, differs: int) -> float:
     return 2 * hit / (mask.bit_count() + differs) if hit else 0.0
 
 
+def value_class(name: str) -> tuple[str, str] | None:
+    """(the class, the argument) of a feature that is a value class: ("NaN", "") for "NaN" (in
+    any input), ("NaN", "weight") for "NaN in weight"; None for any other feature."""
+    cls, _, arg = name.partition(IN)
+    return (cls, arg) if cls in VALUE_CLASSES and bool(arg) == (IN in name) else None
+
+
 def _rank(atoms: tuple[Atom, ...]) -> tuple[int, ...]:
+    """Of two conditions that split alike, the one that says most: a value class in a named
+    argument, then in any input, then a shape fact, an argument's value, the dtype."""
+
     def one(atom: Atom) -> int:
         name, op, value = atom
-        kind = (
-            0
-            if name in VALUE_CLASSES
-            else 1
-            if name in SHAPE_FACTS
-            else 3
-            if name in ("dtype", "ndim")
-            else 2
-        )
+        valued = value_class(name)
+        if valued:
+            kind = 1 if not valued[1] else 0
+        else:
+            kind = 2 if name in SHAPE_FACTS else 4 if name in ("dtype", "ndim") else 3
         return 2 * kind + (op != "=") + (value is False)
 
     return tuple(sorted(one(a) for a in atoms))
@@ -154,9 +161,12 @@ def _rank(atoms: tuple[Atom, ...]) -> tuple[int, ...]:
 
 def _said(name: str, op: str, value: Any) -> str:
     """One condition in words: ``an input holds NaN``, ``dim = -1``, ``dtype != float16``."""
-    if isinstance(value, bool) and name in VALUE_CLASSES:
-        holds = value == (op == "=")
-        return f"{'an' if holds else 'no'} input holds {_VALUES.get(name, name)}"
+    valued = value_class(name) if isinstance(value, bool) else None
+    if valued:
+        holds, (cls, arg) = value == (op == "="), valued
+        if arg:
+            return f"{arg} holds {'' if holds else 'no '}{_VALUES.get(cls, cls)}"
+        return f"{'an' if holds else 'no'} input holds {_VALUES.get(cls, cls)}"
     if isinstance(value, bool) and name in SHAPE_FACTS:
         holds = value == (op == "=")
         return _FACTS[name] if holds else f"not: {_FACTS[name]}"

@@ -65,6 +65,23 @@ def test_facts_before_arguments_before_the_dtype_on_a_tie():
     assert ranked[0] == "NaN" and ranked.index("dim") < ranked.index("dtype")
 
 
+def test_a_value_class_is_said_of_the_argument_that_holds_it():
+    """NaN in nll_loss's weight differs, NaN in its input agrees: "an input holds NaN" holds
+    for both; the argument's own feature splits them, and says which."""
+    differ = [sample(NaN=True, **{"NaN in weight": True, "NaN in input": False})]
+    agree = [
+        sample(NaN=True, **{"NaN in weight": False, "NaN in input": True}),
+        sample(**{"NaN in weight": False, "NaN in input": False}),
+    ]
+    (best, score), *_ = trigger.learn(differ, agree)
+    assert best.text() == "weight holds NaN" and score.perfect
+    both = [sample(NaN=True, **{"NaN in weight": True, "NaN in input": True})]
+    ranked = trigger.learn(both, [sample()])  # a tie: the named argument first
+    assert ranked[0][0].text() in ("weight holds NaN", "input holds NaN")
+    assert trigger.value_class("NaN in weight") == ("NaN", "weight")
+    assert trigger.value_class("NaN") == ("NaN", "") and trigger.value_class("dim") is None
+
+
 def test_no_rule_without_both_sides():
     assert trigger.learn(DIFFER, []) == [] and trigger.learn([], AGREE) == []
 
@@ -106,9 +123,9 @@ def test_the_report_says_the_counts_and_whether_new_samples_confirm():
         "differs whenever an input holds NaN (6 of 6), agrees otherwise (12 of 12); "
         "8 new samples confirm"
     )
-    assert said(found | {"confirmed": 5, "refuted": 1}).endswith(
-        "not confirmed: 1 of 6 new samples contradict it"
-    )
+    refuted = said(found | {"confirmed": 5, "refuted": 1})  # not stated as the cause
+    assert refuted.startswith("not known: no condition the new samples bear out")
+    assert refuted.endswith("is contradicted by 1 of 6 new samples)")
     assert said(found).endswith("not checked on new samples")
     assert said({"condition": None, "why": "no sample of the op agrees", "differs": [3, 3]}) == (
         "not known: every sample of the op that ran differs (3)"

@@ -68,7 +68,7 @@ def _request(group: Group, differ: list, agree: list, learnt: list) -> dict[str,
     seen = [f for f, _ in differ + agree]
     wanted = {
         n: sorted({str(f[n]) for f in seen if f.get(n) is not None})
-        if n not in trigger.VALUE_CLASSES and n != "uneven chunks"
+        if not trigger.value_class(n) and n != "uneven chunks"
         else []
         for n in sorted(names)
     }

@@ -57,7 +57,35 @@ def _of(op: Any, sample: SampleInput) -> dict[str, Any]:
     uneven = _uneven(named, sample.input)
     if uneven is not None:
         found["uneven chunks"] = uneven
-    return found | value_classes(tensors)
+    return found | value_classes(tensors) | _argument_classes(op, sample)
+
+
+def _argument_classes(op: Any, sample: SampleInput) -> dict[str, bool]:
+    """The value classes of each named floating tensor argument ("NaN in weight"), where a
+    sample has two or more: a trigger then names the one that matters (a NaN in nll_loss's
+    weight is not "an input holds NaN")."""
+    tensors = named_tensors(op, sample)
+    if len(tensors) < 2:
+        return {}
+    return {
+        f"{cls}{trigger.IN}{name}": held
+        for name, t in tensors.items()
+        for cls, held in value_classes([t]).items()
+    }
+
+
+def named_tensors(op: Any, sample: SampleInput) -> dict[str, torch.Tensor]:
+    """The sample's floating tensors that are whole arguments, by name: ``input`` for its
+    input, the signature's (or aten schema's) name for a positional one, its keyword else."""
+    found: dict[str, torch.Tensor] = {}
+    if _floating(sample.input):
+        found["input"] = sample.input
+    names = _names(op, len(sample.args))
+    for name, value in zip(names, sample.args, strict=True):
+        if _floating(value):
+            found[name] = value
+    found |= {key: value for key, value in sample.kwargs.items() if _floating(value)}
+    return found
 
 
 def _first(value: Any) -> torch.Tensor | None:
@@ -171,7 +199,10 @@ def mutants(op: Any, sample: SampleInput, wanted: dict[str, list[str]]) -> Itera
     class put into the input or taken out of every tensor): (what changed, the new sample)."""
     named = arguments(op, sample)
     for name, values in wanted.items():
-        if name in trigger.VALUE_CLASSES:
+        valued = trigger.value_class(name)
+        if valued and valued[1]:
+            yield from _valued_argument(op, sample, *valued)
+        elif valued:
             yield from _valued(sample, name)
         elif name == "uneven chunks":
             first = _first(sample.input)
@@ -233,6 +264,30 @@ def _valued(sample: SampleInput, name: str) -> Iterator[tuple]:
             fill = 0.0 if name == "-0" else 0.5
             taken[i] = x.masked_fill(where, fill).requires_grad_(leaves[i].requires_grad)
     yield f"{name} taken out", _rebuilt(sample, taken, spec)
+
+
+def _valued_argument(op: Any, sample: SampleInput, cls: str, arg: str) -> Iterator[tuple]:
+    """The sample with ``cls``'s value put into argument ``arg`` (its first element), and
+    with every such value of that argument replaced by 0.5 (-0 by 0)."""
+    tensor = named_tensors(op, sample).get(arg)
+    if tensor is None:
+        return
+    put = tensor.detach().clone()
+    put[(0,) * put.dim()] = _PUT[cls](torch.finfo(put.dtype))  # any strides
+    yield f"{cls} put into {arg}", _replaced(sample, tensor, put)
+    where = value_masks(tensor.detach())[cls]
+    if bool(where.any()):
+        taken = tensor.detach().masked_fill(where, 0.0 if cls == "-0" else 0.5)
+        yield f"{cls} taken out of {arg}", _replaced(sample, tensor, taken)
+
+
+def _replaced(sample: SampleInput, old: torch.Tensor, new: torch.Tensor) -> SampleInput:
+    """``sample`` with the argument that is ``old`` (the very tensor) replaced by ``new``."""
+    new = new.requires_grad_(old.requires_grad)
+    swap = lambda v: new if v is old else v  # noqa: E731
+    args = tuple(swap(a) for a in sample.args)
+    kwargs = {k: swap(v) for k, v in sample.kwargs.items()}
+    return SampleInput(swap(sample.input), args=args, kwargs=kwargs, name=sample.name)
 
 
 def _floating(value: Any) -> bool:
