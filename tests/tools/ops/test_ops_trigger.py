@@ -173,3 +173,56 @@ def test_a_real_sweep_states_the_trigger_confirmed_by_new_samples(tmp_path, args
     assert words in (tmp_path / "out" / group.repro).read_text().splitlines()[0]
     report = (tmp_path / "out" / "report.md").read_text()
     assert f"differs whenever {found['condition']}" in report and "new samples confirm" in report
+
+
+class Answers:
+    """A pool that answers confirm jobs as workers would: each request's new samples (three
+    here), all of them, or the one ``only`` names; every job kept."""
+
+    def __init__(self) -> None:
+        self.jobs: list[dict] = []
+
+    def answer(self, job: dict) -> list[dict]:
+        self.jobs.append(job)
+        lines = []
+        for request in job["confirm"]:
+            picked = range(3) if "only" not in request else range(3)[request["only"] :][:1]
+            for k in picked:
+                said = {"what": f"new {k}", "dtype": "float32", "features": {"dim": "[]"}}
+                lines.append({"confirm": request["id"], "record": {"verdict": "match"} | said})
+            lines.append({"confirm": request["id"], "done": True})
+        return lines
+
+
+def test_an_op_whose_graph_ignores_an_argument_has_each_new_sample_judged_alone(
+    tmp_path, monkeypatch
+):
+    """Its new samples change one argument: in one worker each would get an earlier one's
+    compiled graph. One job each for its group, one shared job for another op's."""
+    from reprokit.records.ops import Sample
+    from reprokit.tools.ops.harness import confirm
+    from reprokit.tools.ops.harness.pool import Asking
+
+    monkeypatch.setenv("REPROKIT_CACHE", str(tmp_path))
+
+    def record(op: str, i: int, differs: bool, kind: str = "value") -> Sample:
+        task = {"op": op, "variant": "", "dtype": "float32", "backend": "xla", "grad": False}
+        answer = {"sample": i, "verdict": "differs" if differs else "match", "edge": False}
+        features = {"dim": "[]" if differs else "0", "empty": False}
+        answer |= {"kind": kind, "described": {"features": features, "numel": 4}}
+        return Sample.from_json(task | answer)
+
+    def group(op: str, kind: str) -> Group:
+        return Group(f"{op}_{kind}", op, "", "xla", ("float32",), kind, False, {}, 1)
+
+    records = [record(op, i, i == 0) for op in ("var", "avg") for i in range(3)]
+    groups = [group("var", "value"), group("avg", "value"), group("avg", "stale-graph")]
+    pool = Answers()
+    found = confirm.triggers(groups, records, Asking(pool, jobs=2))
+    alone = [j for j in pool.jobs if "only" in j["confirm"][0]]
+    assert sorted(j["confirm"][0]["only"] for j in alone) == list(range(confirm.LIMIT))
+    assert {j["confirm"][0]["id"] for j in alone} == {"avg_value"}
+    shared = [j for j in pool.jobs if "only" not in j["confirm"][0]]
+    assert [r["id"] for j in shared for r in j["confirm"]] == ["var_value"]
+    by_id = {g.id: g.trigger for g in found}
+    assert [t["what"] for t in by_id["avg_value"]["tested"]] == ["new 0", "new 1", "new 2"]

@@ -28,12 +28,15 @@ def triggers(groups: list[Group], records: list[Sample], asking: Asking) -> list
     for r in records:
         by_pass.setdefault((r.op, r.variant, r.backend, r.grad, r.inplace), []).append(r)
     learnt, requests = {}, []
+    stale = {(g.op, g.variant) for g in groups if g.kind == "stale-graph"}
     for g in groups:
         differ, agree = _split(g, by_pass.get((g.op, g.variant, g.backend, g.grad, g.inplace), []))
         learnt[g.id] = (differ, agree, trigger.learn([f for f, _ in differ], [f for f, _ in agree]))
         request = _request(g, *learnt[g.id])
         if request is not None and asking.pool is not None:
-            requests.append(request)
+            # An op whose graph ignores an argument: new samples made by changing one argument
+            # would get an earlier one's graph in a shared worker, each is judged alone
+            requests.append(request | ({"alone": True} if (g.op, g.variant) in stale else {}))
     answers = _answers(requests, asking)
     return [replace(g, trigger=_trigger(g, *learnt[g.id], answers.get(g.id))) for g in groups]
 
@@ -106,18 +109,23 @@ def _answers(requests: list[dict[str, Any]], asking: Asking) -> dict[str, list[d
     if not pending:
         return found
     jobs = max(1, asking.jobs)
-    shares = [pending[i::jobs] for i in range(min(jobs, len(pending)))]
-    with ThreadPoolExecutor(len(shares)) as threads:
+    shared = [r for r in pending if not r.get("alone")]
+    shares = [share for share in (shared[i::jobs] for i in range(jobs)) if share]
+    shares += [[r | {"only": k}] for r in pending if r.get("alone") for k in range(r["limit"])]
+    with ThreadPoolExecutor(max(1, min(jobs, len(shares)))) as threads:
         asked = ({"confirm": share, "backend": share[0]["backend"]} for share in shares)
         answered = list(threads.map(asking.pool.answer, asked))
-    for share, lines in zip(shares, answered, strict=True):
-        got = _read(lines)
-        for request in share:
-            if request["id"] in got:
-                records, done = got[request["id"]]
-                found[request["id"]] = records
-                if done:
-                    asking.keep(store, request, records)
+    got: dict[str, tuple[list[dict[str, Any]], bool]] = {}
+    for lines in answered:  # a request judged alone comes back in pieces, in order
+        for key, (records, done) in _read(lines).items():
+            before, finished = got.get(key, ([], True))
+            got[key] = (before + records, finished and done)
+    for request in pending:
+        if request["id"] in got:
+            records, done = got[request["id"]]
+            found[request["id"]] = records
+            if done:
+                asking.keep(store, request, records)
     return found
 
 

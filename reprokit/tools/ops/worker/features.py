@@ -327,6 +327,8 @@ def confirm(
         except Exception:  # an odd sample: no new samples for this group, and no death
             made = []
         picked = trigger.choose(rules, [(d, f) for d, _, _, f, _ in made], request["limit"])
+        if "only" in request:  # one new sample in this fresh worker (confirm.py: stale ops)
+            picked = picked[request["only"] : request["only"] + 1]
         for k in picked:
             differs, what, sample, features, dtype = made[k]
             said = {"what": what, "dtype": dtype, "features": features, "from_differs": differs}
