@@ -65,7 +65,8 @@ def markdown(sweep: OpsSweep) -> str:
             f"{s.get('candidates', 0)} candidates, {s.get('found', 0)} found.",
             "",
         ]
-    lines += _groups(sweep.groups) + _causes(sweep.groups) + _precision(sweep.precision)
+    lines += _groups(sweep.groups) + _causes(sweep.groups) + _classes(sweep.groups)
+    lines += _precision(sweep.precision)
     lines += _families(sweep) + _skips(sweep) + _platform(sweep)
     lines += _cpu_wrong(sweep)
     return "\n".join(lines).rstrip() + "\n"
@@ -121,6 +122,27 @@ def _causes(groups: tuple[Group, ...]) -> list[str]:
     for cause, found in sorted(by_cause.items()):
         ops = ", ".join(f"`{g.op}` ({', '.join(g.dtypes)}, {g.kind})" for g in found)
         lines.append(f"- `{cause}`: {CAUSES.get(cause, '')}. In {ops}.")
+    return [*lines, ""]
+
+
+def _classes(groups: tuple[Group, ...]) -> list[str]:
+    """One line per trigger that several ops' groups share, confirmed by new samples in each
+    (``dim = []`` in var, std, amax...): one cause, one report, every op it hits, and the
+    known reports it is filed as."""
+    by_condition: dict[str, list[Group]] = {}
+    for g in groups:
+        t = g.trigger or {}
+        if t.get("condition") and t.get("confirmed") and not t.get("refuted"):
+            by_condition.setdefault(t["condition"], []).append(g)
+    shared = {c: found for c, found in by_condition.items() if len({g.op for g in found}) > 1}
+    if not shared:
+        return []
+    lines = ["## One condition, several ops (one cause: file it once, listing them)", ""]
+    for condition, found in sorted(shared.items(), key=lambda item: -len(item[1])):
+        ops = ", ".join(f"`{g.op}` ({g.passed}, {g.kind})" for g in found)
+        known = sorted({g.known for g in found if g.known})
+        said_known = f" Known: {', '.join(known)}." if known else " Not known."
+        lines.append(f"- when {condition}: {ops}.{said_known}")
     return [*lines, ""]
 
 

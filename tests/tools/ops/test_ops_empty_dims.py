@@ -1,6 +1,7 @@
 """An argument value OpInfo's samples rarely hold: ``dim=[]``, which torch reads as every dim
 and XLA as none. ``reprokit ops var std --edge`` gives a shape group for each, its trigger
-``dim = []`` confirmed on new samples, known (empty_dim_reductions.md), reproducing alone."""
+``dim = []`` confirmed on new samples, known (empty_dim_reductions.md), reproducing alone; and
+report.md names the condition once with every op it hits."""
 
 from __future__ import annotations
 
@@ -26,3 +27,5 @@ def test_var_and_std_with_an_empty_dim_list_are_groups_whose_trigger_says_it(tmp
         assert group.trigger["condition"] == "dim = []" and not group.trigger["refuted"]
         assert group.known == "empty_dim_reductions.md"
         assert group.reproduces_alone is True, group.alone_output
+    report = (tmp_path / "out" / "report.md").read_text()  # one cause, every op it hits
+    assert "- when dim = []: `std` (forward, shape), `var` (forward, shape)." in report
