@@ -323,7 +323,7 @@ def confirm(
         op = by_name[(request["op"], request["variant"])]
         rules = [trigger.Rule.from_json(r) for r in request["rules"]]
         try:
-            made = list(_made(op, request))
+            made = list(_made(op, request, device, fallbacks))
         except Exception:  # an odd sample: no new samples for this group, and no death
             made = []
         picked = trigger.choose(rules, [(d, f) for d, _, _, f, _ in made], request["limit"])
@@ -349,15 +349,18 @@ def confirm(
         _emit(out, {"confirm": request["id"], "done": True})
 
 
-def _made(op: Any, request: dict[str, Any]) -> Iterator[tuple]:
+def _made(op: Any, request: dict[str, Any], device: str, fallbacks: Callable) -> Iterator[tuple]:
     """(from a differing sample, what changed, the new sample, its features, its dtype) for
-    every new sample of the request's bases."""
+    every new sample of the request's bases (the sweep's samples made again, the edge ones
+    from the same base: the same lowering check)."""
     tasks: dict[tuple[str, bool], list[dict[str, Any]]] = {}
     for base in request["bases"]:
         tasks.setdefault((base["dtype"], base["edge"]), []).append(base)
     for (dtype, edge), bases in tasks.items():
         wanted = {b["sample"]: b for b in bases}
-        made = samples.op_samples(op, getattr(torch, dtype), grad=request["grad"], edge=edge)
+        torch_dtype = getattr(torch, dtype)
+        lowers = judge.lowering(op, torch_dtype, device, fallbacks) if edge else None
+        made = samples.op_samples(op, torch_dtype, grad=request["grad"], edge=edge, lowers=lowers)
         for i, sample in enumerate(made):
             if i > max(wanted):
                 break

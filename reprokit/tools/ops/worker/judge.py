@@ -322,6 +322,24 @@ def _identical(cpu: list[Any], target: list[Any]) -> bool:
     return True
 
 
+def lowering(op: Any, dtype: torch.dtype, device: str, fallbacks: Callable) -> Callable:
+    """A check of whether XLA lowers a sample of ``op`` (runs it without a CPU fallback), for
+    choosing the edge samples' base (samples.op_samples): the edge samples of a fallback are
+    all skips. A sample that raises counts as lowered: its error is the sweep's to judge. The
+    graph compiled here is the one the edge samples reuse, their shapes being the base's."""
+
+    def lowers(sample: Any) -> bool:
+        fallbacks(clear=True)
+        try:
+            with torch.no_grad():
+                evaluate(op.op, sample, device, grad=False, dtype=dtype)
+        except Exception:
+            return True
+        return not fallbacks()
+
+    return lowers
+
+
 def call_for(op: Any, sample: Any, *, inplace: bool) -> Callable:
     """What a sample calls: forms.called's function."""
     return forms.called(op, sample, inplace=inplace)[0]

@@ -218,7 +218,9 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
         op = by_name[(task["op"], task["variant"])]
         grad, edge, start = task["grad"], task["edge"], task.get("start", 0)
         describe = set(task.get("describe", ()))
-        made = samples.op_samples(op, getattr(torch, task["dtype"]), grad=grad, edge=edge)
+        dtype = getattr(torch, task["dtype"])
+        lowers = judge.lowering(op, dtype, judging.device, judging.fallbacks) if edge else None
+        made = samples.op_samples(op, dtype, grad=grad, edge=edge, lowers=lowers)
         seen, stopped = _made_while_cpu_can(made)
         for i, sample in enumerate(seen):
             if i in describe:

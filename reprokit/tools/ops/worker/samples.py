@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ import reprokit.tools.ops.worker.forms as forms
 SEED = 0  # torch.manual_seed before each op's samples: the same samples in every process
 LARGE = 70_000  # elements of the large reduction sample: past 2^16, where fp16 counts overflow
 BASE_MAX = 4096  # elements of the OpInfo sample the edge samples are made from, at most
+LOWERING_TRIES = 20  # samples tried, largest first, for one XLA lowers (a fallback is cheap: no compile)
 FILLED = "edge-filled"  # the name of a sample whose tensors hold the edge values over and over
 NAN = "nan-seeded"  # the name of a sample whose one small tensor starts with NaN
 EMPTY_DIMS = "empty dim list"  # the name of a sample given dim=[]
@@ -86,9 +87,17 @@ def edge_values(dtype: torch.dtype) -> list[float | int | bool]:
     return [*signed, math.inf, -math.inf, math.nan]
 
 
-def op_samples(op: Any, dtype: torch.dtype, *, grad: bool, edge: bool) -> Iterator[SampleInput]:
+def op_samples(
+    op: Any,
+    dtype: torch.dtype,
+    *,
+    grad: bool,
+    edge: bool,
+    lowers: Callable[[SampleInput], bool] | None = None,
+) -> Iterator[SampleInput]:
     """OpInfo's samples of ``op`` on CPU and the call forms they leave out (forms.py; ``edge``:
-    the edge samples made from them instead), the same in every process."""
+    the edge samples made from them instead, from a base sample that ``lowers`` says XLA
+    lowers), the same in every process."""
     torch.manual_seed(SEED)
     made = op.sample_inputs("cpu", dtype, requires_grad=grad)
     if not edge:
@@ -98,7 +107,7 @@ def op_samples(op: Any, dtype: torch.dtype, *, grad: bool, edge: bool) -> Iterat
         yield from forms.operand_forms(op, made, dtype)
         return
     first = list(itertools.islice(made, 20))
-    base = _base(first)
+    base = _base(first, lowers)
     if base is None:
         return
     values = edge_values(dtype)
@@ -192,15 +201,22 @@ def _fresh(value: Any) -> Any:
     return value
 
 
-def _base(first: list[SampleInput]) -> SampleInput | None:
+def _base(
+    first: list[SampleInput], lowers: Callable[[SampleInput], bool] | None = None
+) -> SampleInput | None:
     """The OpInfo sample the edge samples start from: the one of most elements (at most
-    :data:`BASE_MAX`) among the first twenty."""
-    best, most = None, -1
-    for sample in first:
-        size = sum(t.numel() for t in _tensors(sample))
-        if most < size <= BASE_MAX:
-            best, most = sample, size
-    return best
+    :data:`BASE_MAX`) among the first twenty, or the next largest where ``lowers`` (run on
+    XLA) says XLA ran it as a CPU fallback: adaptive_avg_pool2d falls back for an output size
+    that does not divide the input and lowers a global pool, whose bfloat16 sum is a model's
+    (at most :data:`LOWERING_TRIES`; none lowering, the largest)."""
+    sized = [(sum(t.numel() for t in _tensors(s)), -i, s) for i, s in enumerate(first)]
+    ranked = [s for size, _, s in sorted(sized, key=lambda x: x[:2], reverse=True)]
+    ranked = [s for s in ranked if sum(t.numel() for t in _tensors(s)) <= BASE_MAX]
+    if lowers is not None:
+        for sample in ranked[:LOWERING_TRIES]:
+            if lowers(sample):
+                return sample
+    return ranked[0] if ranked else None
 
 
 def _tensors(sample: SampleInput) -> list[torch.Tensor]:
