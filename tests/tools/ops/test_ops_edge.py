@@ -1,9 +1,10 @@
-"""Edge samples where OpInfo's samples leave gaps. An argument value they rarely hold:
-``dim=[]``, which torch reads as every dim and XLA as none. ``reprokit ops var std --edge``
-gives a shape group for each, its trigger ``dim = []`` confirmed on new samples, known (empty_dim_reductions.md), reproducing alone; and
-report.md names the condition once with every op it hits. And a base that XLA lowers:
-``adaptive_avg_pool2d``'s largest samples fall back to CPU (an output size that does not divide
-the input), so its edge samples are made from one that lowers, and judged, not skipped."""
+"""Edge samples where OpInfo's samples leave gaps. An argument value they rarely hold: ``dim=[]``,
+which torch reads as every dim and XLA as none. ``reprokit ops var std --edge`` gives a shape
+group for each, its trigger ``dim = []`` confirmed on new samples, known
+(empty_dim_reductions.md), reproducing alone; and report.md names the condition once with every
+op it hits. And a base that XLA lowers: ``adaptive_avg_pool2d``'s largest samples fall back to
+CPU (an output size that does not divide the input), so its edge samples are made from one that
+lowers, and judged, not skipped."""
 
 from __future__ import annotations
 

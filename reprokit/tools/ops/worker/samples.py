@@ -25,7 +25,7 @@ import reprokit.tools.ops.worker.forms as forms
 SEED = 0  # torch.manual_seed before each op's samples: the same samples in every process
 LARGE = 70_000  # elements of the large reduction sample: past 2^16, where fp16 counts overflow
 BASE_MAX = 4096  # elements of the OpInfo sample the edge samples are made from, at most
-LOWERING_TRIES = 20  # samples tried, largest first, for one XLA lowers (a fallback is cheap: no compile)
+LOWERING_TRIES = 20  # samples tried, largest first, for one XLA lowers (a fallback: no compile)
 FILLED = "edge-filled"  # the name of a sample whose tensors hold the edge values over and over
 NAN = "nan-seeded"  # the name of a sample whose one small tensor starts with NaN
 EMPTY_DIMS = "empty dim list"  # the name of a sample given dim=[]
