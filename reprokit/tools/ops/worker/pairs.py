@@ -35,6 +35,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import reprokit.tools.ops.worker.judge as judge
 from reprokit.infra.python_source import parse_python
+from reprokit.tools.ops.worker.samples import with_slot
 
 MOST_PROBES = 8  # argument slots changed per op and dtype
 MOST_ELEMENTS = 4096  # a probe's base sample holds at most this many elements
@@ -67,23 +68,6 @@ def slots(sample: SampleInput) -> dict[Slot, Any]:
 
 def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and repr(a) == repr(b)
-
-
-def with_slot(sample: SampleInput, slot: Slot, value: Any) -> SampleInput:
-    """``sample`` with one argument replaced (its tensors cloned: a fresh leaf each)."""
-    leaves, spec = tree_flatten((sample.input, list(sample.args), dict(sample.kwargs)))
-    input_, args, kwargs = tree_unflatten([_clone(v) for v in leaves], spec)
-    if isinstance(slot, int):
-        args[slot] = value
-    else:
-        kwargs[slot] = value
-    return SampleInput(input_, args=tuple(args), kwargs=kwargs)
-
-
-def _clone(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone().requires_grad_(value.requires_grad)
-    return value
 
 
 def probes(op: Any, samples: list[SampleInput]) -> list[tuple[SampleInput, int, Slot]]:
@@ -165,13 +149,13 @@ def _tensors(sample: SampleInput) -> list[torch.Tensor]:
     return [t for t in leaves if isinstance(t, torch.Tensor)]
 
 
-class Param(NamedTuple):
+class Parameter(NamedTuple):
     name: str
     default: Any  # ``_none``: required
     positional: bool
 
 
-def parameters(op: Any) -> list[Param]:
+def parameters(op: Any) -> list[Parameter]:
     """The op's parameters after its input (``avg_pool2d``: kernel_size, stride, ...) with
     their defaults, from its signature or, for a builtin, its docstring's first line
     (``var(input, dim=None, *, correction=1, ...)``); [] when neither says."""
@@ -183,14 +167,14 @@ def parameters(op: Any) -> list[Param]:
         return _documented(op.op)
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     made = [
-        Param(p.name, _none if p.default is p.empty else p.default, p.kind in kinds)
+        Parameter(p.name, _none if p.default is p.empty else p.default, p.kind in kinds)
         for p in params
         if p.kind in (*kinds, inspect.Parameter.KEYWORD_ONLY)
     ]
     return made[1:]
 
 
-def _documented(fn: Any) -> list[Param]:
+def _documented(fn: Any) -> list[Parameter]:
     """A builtin's parameters from its docstring's first line, read as a Python signature."""
     first = (getattr(fn, "__doc__", None) or "").strip().split("\n", 1)[0]
     found = re.match(r"[\w.]+\(([^)]*)\)", first)
@@ -200,12 +184,12 @@ def _documented(fn: Any) -> list[Param]:
         args = parse_python(f"def f({found.group(1)}): pass").body[0].args  # type: ignore[attr-defined]
     except SyntaxError:  # ``approximate = 'none'`` parses; anything else: names alone
         names = [p.split("=")[0].strip() for p in found.group(1).split(",")]
-        return [Param(n, _none, True) for n in names if n.isidentifier()][1:]
+        return [Parameter(n, _none, True) for n in names if n.isidentifier()][1:]
     positional = [*args.posonlyargs, *args.args]
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    made = [Param(a.arg, _literal(d), True) for a, d in zip(positional, defaults, strict=True)]
+    made = [Parameter(a.arg, _literal(d), True) for a, d in zip(positional, defaults, strict=True)]
     made += [
-        Param(a.arg, _literal(d), False)
+        Parameter(a.arg, _literal(d), False)
         for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
     ]
     return made[1:]
