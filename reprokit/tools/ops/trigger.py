@@ -23,6 +23,7 @@ from typing import Any
 VALUE_CLASSES = ("NaN", "+inf", "-inf", "-0", "subnormal", "|x| > sqrt(max)", "near max")
 IN = " in "  # a value class in one named argument: "NaN in weight" (features.py)
 SHAPE_FACTS = ("uneven chunks", "empty", "0-d", "size-1 dim", "broadcast", "non-contiguous")
+SHAPE_FACTS += ("over 65504 elements",)  # a float16 count or sum of ones past it is inf
 KEEP = 6  # candidate rules kept for the confirmation to tell apart
 
 Features = Mapping[str, Any]
@@ -192,6 +193,8 @@ _FACTS = {
     "size-1 dim": "an input has a size-1 dim",
     "broadcast": "the inputs broadcast",
     "non-contiguous": "an input is non-contiguous",
+    "over 65504 elements": "an input has more than 65,504 elements (float16's largest number: "
+    "a count or a sum of ones past it is inf)",
 }
 
 

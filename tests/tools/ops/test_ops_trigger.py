@@ -226,3 +226,14 @@ def test_an_op_whose_graph_ignores_an_argument_has_each_new_sample_judged_alone(
     assert [r["id"] for j in shared for r in j["confirm"]] == ["var_value"]
     by_id = {g.id: g.trigger for g in found}
     assert [t["what"] for t in by_id["avg_value"]["tested"]] == ["new 0", "new 1", "new 2"]
+
+
+def test_a_reduction_past_float16s_largest_count_is_said_so():
+    """float16 var over 70,000 ones is NaN on XLA (its count is inf): the size is the fact that
+    splits them, not a value class the large samples happen to lack."""
+    differ = [sample(dtype="float16", **{"over 65504 elements": True})] * 2
+    agree = [sample(dtype="float16", **{"over 65504 elements": False}), sample()]
+    agree += [sample(**{"over 65504 elements": True, "+inf": True})]
+    (best, score), *_ = trigger.learn(differ, agree)  # float32 that large agrees: with the dtype
+    assert "an input has more than 65,504 elements" in best.text() and score.perfect
+    assert "float16" in best.text() and "+inf" not in best.text()

@@ -19,6 +19,7 @@ LIMIT = 8  # new samples a group is checked with, at most
 BASES = 3  # differing and agreeing samples (each) its new samples are made from
 AGREES = ("match", "cpu_wrong")  # XLA right: agreeing samples
 FIXED = ("dtype", "ndim", "empty", "0-d", "size-1 dim", "broadcast", "non-contiguous")
+FIXED += ("over 65504 elements",)  # not varied: the new samples keep their base's sizes
 
 
 def triggers(groups: list[Group], records: list[Sample], asking: Asking) -> list[Group]:

@@ -49,6 +49,7 @@ def _of(op: Any, sample: SampleInput) -> dict[str, Any]:
         "size-1 dim": any(1 in t.shape for t in tensors),
         "broadcast": _broadcast(tensors),
         "non-contiguous": any(not t.is_contiguous() for t in tensors),
+        "over 65504 elements": any(t.numel() > 65504 for t in tensors),
     }
     if first is not None:
         found["ndim"] = first.dim()
