@@ -8,26 +8,16 @@ lowers, and judged, not skipped."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from ops_sweep import sweep_ops
 
 from reprokit.records.ops import read_ops
 
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    root = tmp_path_factory.mktemp("edge")
-    env = dict(os.environ, REPROKIT_CACHE=str(root / "cache"), REPROKIT_WARM_IDLE="0")
-    command = [sys.executable, "-c", "from reprokit.cli import main; main()", "ops", "var"]
-    command += ["std", "nn.functional.adaptive_avg_pool2d", "--edge", "--dtypes", "float32"]
-    command += ["-o", str(root / "out")]
-    done = subprocess.run(
-        command, env=env | {"PJRT_DEVICE": "CPU"}, capture_output=True, text=True, timeout=900
-    )
-    return root / "out", done
+    ops = ["var", "std", "nn.functional.adaptive_avg_pool2d"]
+    return sweep_ops(tmp_path_factory.mktemp("edge"), *ops, "--edge", "--dtypes", "float32")
 
 
 def test_var_and_std_with_an_empty_dim_list_are_groups_whose_trigger_says_it(swept):

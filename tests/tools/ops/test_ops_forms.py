@@ -6,11 +6,8 @@ function's own samples and ``torch.bitwise_right_shift(x, 2)`` agree with CPU.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from ops_sweep import sweep_ops
 
 from reprokit.records.ops import read_ops
 
@@ -60,18 +57,13 @@ def test_operand_forms_are_made_where_the_op_has_them(op_db):
 
 
 def test_rshift_gives_a_group_for_the_tensor_and_the_number_shift(tmp_path):
-    env = dict(os.environ, REPROKIT_CACHE=str(tmp_path / "cache"), REPROKIT_WARM_IDLE="0")
-    command = [sys.executable, "-c", "from reprokit.cli import main; main()", "ops"]
-    command += ["__rshift__", "--dtypes", "int64", "-o", str(tmp_path / "out")]
-    done = subprocess.run(
-        command, env=env | {"PJRT_DEVICE": "CPU"}, capture_output=True, text=True, timeout=900
-    )
+    out, done = sweep_ops(tmp_path, "__rshift__", "--dtypes", "int64")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "__rshift__ is OpInfo bitwise_right_shift" in done.stderr  # progress, said
-    groups = {g.form: g for g in read_ops(tmp_path / "out").groups}
+    groups = {g.form: g for g in read_ops(out).groups}
     assert set(groups) == {"operator", "operator, number"}, groups  # the function form agrees
     for group in groups.values():
         assert group.reproduces_alone is True, group.alone_output
         assert group.known == "rshift_negative_ints.md"  # known.toml names it __rshift__
-        assert "operator.rshift(" in (tmp_path / "out" / group.repro).read_text()
+        assert "operator.rshift(" in (out / group.repro).read_text()
     assert "forward, operator, number value" in done.stdout
