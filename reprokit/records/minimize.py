@@ -35,8 +35,12 @@ class Step:
     removed: int
 
 
-WHERE = {"torch_xla lowering": "pytorch/xla", "XLA pass": "openxla/xla", "torch": "pytorch/pytorch"}
-WHERE["XLA:CPU code generation"] = "openxla/xla"
+WHERE = {  # whose label -> the repository to file with
+    "XLA:CPU code generation": "openxla/xla",
+    "torch_xla lowering": "pytorch/xla",
+    "XLA pass": "openxla/xla",
+    "torch": "pytorch/pytorch",
+}
 
 
 @dataclass(frozen=True)
