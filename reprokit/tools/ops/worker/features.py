@@ -324,7 +324,7 @@ def confirm(
         op = by_name[(request["op"], request["variant"])]
         rules = [trigger.Rule.from_json(r) for r in request["rules"]]
         try:
-            made = list(_made(op, request, device, fallbacks))
+            made = list(_made(op, request, (device, fallbacks, int(job["timeout"]))))
         except Exception:  # an odd sample: no new samples for this group, and no death
             made = []
         picked = trigger.choose(rules, [(d, f) for d, _, _, f, _ in made], request["limit"])
@@ -350,7 +350,7 @@ def confirm(
         _emit(out, {"confirm": request["id"], "done": True})
 
 
-def _made(op: Any, request: dict[str, Any], device: str, fallbacks: Callable) -> Iterator[tuple]:
+def _made(op: Any, request: dict[str, Any], where: tuple) -> Iterator[tuple]:
     """(from a differing sample, what changed, the new sample, its features, its dtype) for
     every new sample of the request's bases (the sweep's samples made again, the edge ones
     from the same base: the same lowering check)."""
@@ -360,7 +360,7 @@ def _made(op: Any, request: dict[str, Any], device: str, fallbacks: Callable) ->
     for (dtype, edge), bases in tasks.items():
         wanted = {b["sample"]: b for b in bases}
         torch_dtype = getattr(torch, dtype)
-        lowers = judge.lowering(op, torch_dtype, device, fallbacks) if edge else None
+        lowers = judge.lowering(op, torch_dtype, *where) if edge else None  # device, ...
         made = samples.op_samples(op, torch_dtype, grad=request["grad"], edge=edge, lowers=lowers)
         for i, sample in enumerate(made):
             if i > max(wanted):

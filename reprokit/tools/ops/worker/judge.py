@@ -6,6 +6,7 @@ bools exactly, shape and dtype first. What cannot be compared is a skip with its
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -322,19 +323,25 @@ def _identical(cpu: list[Any], target: list[Any]) -> bool:
     return True
 
 
-def lowering(op: Any, dtype: torch.dtype, device: str, fallbacks: Callable) -> Callable:
+def lowering(
+    op: Any, dtype: torch.dtype, device: str, fallbacks: Callable, timeout: int
+) -> Callable:
     """A check of whether XLA lowers a sample of ``op`` (runs it without a CPU fallback), for
     choosing the edge samples' base (samples.op_samples): the edge samples of a fallback are
     all skips. A sample that raises counts as lowered: its error is the sweep's to judge. The
-    graph compiled here is the one the edge samples reuse, their shapes being the base's."""
+    graph compiled here is the one the edge samples reuse, their shapes being the base's.
+    Past ``timeout`` seconds the worker dies (SIGALRM), as for a sample that hangs."""
 
     def lowers(sample: Any) -> bool:
         fallbacks(clear=True)
+        signal.alarm(timeout)
         try:
             with torch.no_grad():
                 evaluate(op.op, sample, device, grad=False, dtype=dtype)
         except Exception:
             return True
+        finally:
+            signal.alarm(0)
         return not fallbacks()
 
     return lowers

@@ -219,7 +219,8 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
         grad, edge, start = task["grad"], task["edge"], task.get("start", 0)
         describe = set(task.get("describe", ()))
         dtype = getattr(torch, task["dtype"])
-        lowers = judge.lowering(op, dtype, judging.device, judging.fallbacks) if edge else None
+        where = (judging.device, judging.fallbacks, judging.timeout)
+        lowers = judge.lowering(op, dtype, *where) if edge else None
         made = samples.op_samples(op, dtype, grad=grad, edge=edge, lowers=lowers)
         seen, stopped = _made_while_cpu_can(made)
         for i, sample in enumerate(seen):
