@@ -28,8 +28,9 @@ def report_(
         out.print(headline(summary), highlight=False)
     for path in reports.written:
         out.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False, markup=False)
-    if reports.title:
-        out.print(f"issue title: {reports.title}", highlight=False, markup=False)
+    if reports.title:  # a bug to file, else what report.md says instead (no issue to paste)
+        said = "issue title" if reports.kind == "bug" else "no issue to paste"
+        out.print(f"{said}: {reports.title}", highlight=False, markup=False)
     if reports.known:
         out.print(reports.known, highlight=False, markup=False)
     if reports.next_step:

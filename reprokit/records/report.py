@@ -27,6 +27,7 @@ class Reports:
     title: str | None = None  # report.md's issue title, for the issue's title field
     next_step: str | None = None  # the command that makes a short repro to paste, when none is
     known: str | None = None  # where report.md's bug is already known (reprokit.infra.known)
+    kind: str = "bug"  # report.md's issue: a bug to file, or known, rounding, no repro
 
     def __iter__(self) -> Iterator[Any]:
         """``summary, written = reprokit.report(...)``: as when it returned the pair."""
@@ -34,10 +35,12 @@ class Reports:
 
     def to_json(self) -> dict[str, Any]:
         return {"summary": self.summary.to_json(), "written": [str(p) for p in self.written],
-                "title": self.title, "next_step": self.next_step, "known": self.known}  # fmt: skip
+                "title": self.title, "next_step": self.next_step, "known": self.known,
+                "kind": self.kind}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Reports:
         written = tuple(map(Path, data["written"]))
         said = {k: data.get(k) for k in ("title", "next_step", "known")}
+        said["kind"] = data.get("kind") or "bug"
         return cls(RunSummary.from_json(data["summary"]), written, **said)

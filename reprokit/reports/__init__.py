@@ -71,7 +71,8 @@ def write_reports(run_dir: Path, *, formats: str = "all", out_dir: Path | None =
     found = report.issue
     title = redact_text(found.title).replace("`", "") if found else None
     known = _known(found)
-    return Reports(summary, tuple(written), title, _next_step(summary, Path(run_dir), found), known)
+    step = _next_step(summary, Path(run_dir), found)
+    return Reports(summary, tuple(written), title, step, known, found.kind if found else "bug")
 
 
 def _known(found: Issue | None) -> str | None:
@@ -85,7 +86,7 @@ def _known(found: Issue | None) -> str | None:
 def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str | None:
     """`reprokit minimize` of the variant the issue is about, when its repro is the captured
     program's harness: the short repro is what a maintainer reads."""
-    if found is None or found.elsewhere is None:
+    if found is None or (found.elsewhere is None and found.kind != "no repro"):
         return None
     (variant,) = problems(summary)  # an issue is the report of a run's one problem
     case = VariantFolder(run_dir / variant.label).case

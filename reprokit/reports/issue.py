@@ -23,6 +23,7 @@ from reprokit.reports.evidence import plain, script, too_large
 from reprokit.reports.known import known_line
 from reprokit.reports.model import Cell, Issue, Script, Table, Text
 from reprokit.reports.root_issues import found_with, root_issues
+from reprokit.reports.unfiled import own_failure, unfiled
 
 MAX_FOLDED = 300  # lines of a case's own script shown folded (a captured program's harness never)
 MAX_OTHERS = 8  # other divergences listed
@@ -36,10 +37,14 @@ def issues(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> tu
     its first root. A run of several problems keeps the report of each, as a sweep writes one
     report per model."""
     first = shown[0] if len(shown) == 1 else None
+    if first is not None and first.outcome in (Outcome.ERROR, Outcome.CRASH):
+        return (own,) if (own := own_failure(first)) else ()  # never XLA's to file
     if first is None or first.outcome is not Outcome.MISMATCH:
         return ()
     if summary.minimized is None and (found := root_issues(first, run_dir, known_line)):
         return found
+    if summary.minimized is None and (said := unfiled(first, run_dir, known_line)):
+        return (said,)  # no bug headline without a repro that shows it
     one = issue(summary, run_dir, first)
     return (one,) if one is not None else ()
 

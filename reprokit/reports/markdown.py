@@ -7,7 +7,7 @@ bundle.zip holds instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reprokit.infra.redact import redact_text
 from reprokit.records.report import BUNDLE
@@ -114,6 +114,8 @@ def _issue(report: Report, found: Issue) -> str:
     """The issue a maintainer reads, in pytorch/xla's bug template: its title first (for the
     title field), the bug with its values, the repro and its output, expected values."""
     parts = [f"# {found.title}", ""] + ([f"> {found.known}", ""] if found.known else [])
+    if found.kind != "bug":
+        return _unfiled(report, found, parts)
     parts += [f"## {BUG_HEADING}", "", *_paragraphs(found.bug[:1])]
     if found.witnesses is not None:  # the values first, then how far to trust the verdict
         parts += [*table(found.witnesses), ""]
@@ -136,6 +138,24 @@ def _issue(report: Report, found: Issue) -> str:
     parts += [found.not_run, ""] if found.not_run else []
     parts += ["## Additional context", "", *_paragraphs(found.context)]
     parts.append(f"Attached: `{BUNDLE}` (the scripts, their logs and results, the environment).")
+    return "\n".join(parts) + "\n"
+
+
+def _unfiled(report: Report, found: Issue, parts: list[str]) -> str:
+    """No issue to paste (reprokit.reports.unfiled): what the differences are, in plain words,
+    one row per root, and the environment they were seen in; no bug template, no repro."""
+    parts += _paragraphs(found.bug[:1])
+    parts += [*table(found.witnesses), ""] if found.witnesses is not None else []
+    parts += _paragraphs(found.bug[1:])
+    parts += [*fenced(found.output), ""] if found.output else []  # a failure's last words
+    seen = replace(
+        report.environment,
+        facts=tuple(  # nothing here is reproducible on XLA
+            f for f in report.environment.facts if not f.startswith("Reproducible on")
+        ),
+    )
+    parts += ["## Environment", "", *_environment(seen), ""]
+    parts += _paragraphs(found.context)
     return "\n".join(parts) + "\n"
 
 

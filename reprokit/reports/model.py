@@ -214,6 +214,9 @@ class Issue:
     hlo: tuple[Script, ...] = ()  # the HLO that shows whose it is (reprokit.tools.whose)
     name: str = ""  # a root issue's file name under issues/ (reprokit.reports.root_issues)
     known: Text | None = None  # where the bug is already known, and the comment to add there
+    # "bug": an issue to file; else what the run's differences are when no repro shows them
+    # (reprokit.reports.unfiled): "known", "rounding" (nothing to file) or "no repro"
+    kind: str = "bug"
 
 
 @dataclass(frozen=True)
