@@ -6,11 +6,12 @@ them; then every report sorted by what a maintainer would get from it:
 - ``filed``: report.md claims a bug and its first python block, written alone into an empty
   folder and run there under ``env -i PATH=/usr/bin:/bin HOME=/tmp PJRT_DEVICE=CPU python -I``,
   exits 1 in at most 30 lines;
-- ``known``: it says the bug is known (``Known: ...``), with a repro that shows it as above;
+- ``known``: it says the bug is known (``Known: ...``), with or without a repro;
 - ``rounding``: it says there is nothing to file (every difference is the dtype's rounding);
 - ``no repro``: it says plainly that no standalone repro was found, and why;
 - ``match``: the run agreed (exit 0); ``refused``: the capture refused the model in one line;
-- ``own failure``: it reports a failure of reprokit's own, as reprokit's;
+- ``own failure``: it reports a failure that is not torch_xla's as such (reprokit's own, or
+  torch's CPU lacking the dtype's kernel: no reference to compare with);
 - the failures of the tool: ``headline, no repro`` (a bug title with no python block, or a
   harness named as the repro), ``repro not 1`` (its repro exits otherwise alone, or is longer
   than 30 lines: the exit code says which) and ``error`` (the run ended in error or crash and
@@ -219,6 +220,10 @@ def _kept(folder: Path) -> int | None:
     return 0 if all(v["outcome"] == "match" for v in variants) else 1
 
 
+# report.md's titles when it files nothing (reprokit/reports/unfiled.py)
+TITLES = (("Known: ", "known"), ("Nothing to file", "rounding"),
+          ("No standalone repro", "no repro"), ("reprokit's own failure", "own failure"),
+          ("No CPU reference", "own failure"))  # fmt: skip
 _BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
@@ -232,26 +237,19 @@ def sort(folder: Path, ran: int) -> Row:
     except OSError:
         return Row("", "", "", "error", why="no report.md")
     row.title = text.splitlines()[0].removeprefix("# ")[:160]
-    lower = text.lower()
-    if "nothing to file" in row.title.lower():
-        row.sort = "rounding"
-    elif "reprokit's own failure" in lower.split("\n## ")[0]:
-        row.sort = "own failure"
-    elif "no standalone repro" in lower:
-        row.sort, row.why = "no repro", _line(text, "no standalone repro")
+    said = next((s for prefix, s in TITLES if row.title.startswith(prefix)), None)
+    if said is not None:
+        row.sort = said
+    elif _outcome(folder) in ("error", "crash"):  # a failure reported as XLA's bug
+        row.sort, row.why = "error", _reason(folder)
     elif (block := _BLOCK.search(text)) is None:
-        row.sort = "error" if _outcome(folder) in ("error", "crash") else "headline, no repro"
-        row.why = _reason(folder) if row.sort == "error" else ""
+        row.sort = "headline, no repro"
     else:
         code, lines = alone(block.group(1))
         row.why = f"exit {code}, {lines} lines"
         shows = code == 1 and lines <= MAX_LINES
         row.sort = ("known" if "Known: " in text else "filed") if shows else "repro not 1"
     return row
-
-
-def _line(text: str, words: str) -> str:
-    return next((line for line in text.splitlines() if words in line.lower()), "")[:200]
 
 
 def _outcome(folder: Path) -> str:

@@ -23,7 +23,7 @@ from reprokit.reports.evidence import plain, script, too_large
 from reprokit.reports.known import known_line
 from reprokit.reports.model import Cell, Issue, Script, Table, Text
 from reprokit.reports.root_issues import found_with, root_issues
-from reprokit.reports.unfiled import own_failure, unfiled
+from reprokit.reports.unfiled import known_failure, own_failure, unfiled
 
 MAX_FOLDED = 300  # lines of a case's own script shown folded (a captured program's harness never)
 MAX_OTHERS = 8  # other divergences listed
@@ -38,7 +38,8 @@ def issues(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> tu
     report per model."""
     first = shown[0] if len(shown) == 1 else None
     if first is not None and first.outcome in (Outcome.ERROR, Outcome.CRASH):
-        return (own,) if (own := own_failure(first)) else ()  # never XLA's to file
+        said = own_failure(first) or known_failure(first)  # never XLA's / known already
+        return (said,) if said else ()
     if first is None or first.outcome is not Outcome.MISMATCH:
         return ()
     if summary.minimized is None and (found := root_issues(first, run_dir, known_line)):

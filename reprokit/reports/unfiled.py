@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from reprokit.comparison.roots import ROUNDING, compared, described, roots, rounding
+from reprokit.infra.known import match
 from reprokit.records import Comparison, Root, VariantResult
 from reprokit.records.folder import RunFolder
 from reprokit.records.issues import RootRepro, read_index
@@ -59,6 +60,23 @@ def unfiled(variant: VariantResult, run_dir: Path, known: Known) -> Issue | None
 OWN = "reprokit's own failure"  # how a stage's protocol says it (templates/_protocol.py.j2)
 
 
+def known_failure(variant: VariantResult) -> Issue | None:
+    """The page of a run whose XLA stage failed with an error the known file names (its
+    ``detail``), or None."""
+    for stage in (s for s in variant.stages if s.failed and s.backend.startswith("xla")):
+        said = "\n".join((stage.error or "", *stage.stderr_tail))
+        if (found := match("", kind="error", detail=said)) is None:
+            continue
+        where = found.line()
+        if found.upstream and found.state != "closed":
+            where += (f". Post this page there as a comment, not a new issue, opening with: "
+                      f"“{found.comment()}”")  # fmt: skip
+        text = f"Stage `{stage.name}` ({stage.backend}) {stage.ended().rstrip('.')}."
+        page = _page(f"Known: {found.title}", (text,), None, kind="known", known=where)
+        return replace(page, output="\n".join(stage.stderr_tail) or None)
+    return None
+
+
 def own_failure(variant: VariantResult) -> Issue | None:
     """The page of a run that failed in reprokit's own part (module docstring), or None."""
     failed = [s for s in variant.stages if s.failed]
@@ -75,6 +93,15 @@ def own_failure(variant: VariantResult) -> Issue | None:
             "the stage's tensors were computed, and reprokit failed to save them. "
             "Report it to reprokit with this page; bundle.zip holds the stage's log."
         )
+    elif "not implemented for" in (stage.error or ""):  # torch's CPU lacks the dtype's kernel
+        dtype = variant.variant.get("dtype", "")
+        title = f"No CPU reference: torch's CPU cannot run this program in {dtype}"
+        text = (f"Stage `{stage.name}` {stage.ended().rstrip('.')}. torch has no CPU kernel in "
+                f"{dtype} for an operation of the program, so there is nothing to compare XLA "
+                f"with in {dtype}: not a torch_xla bug. Run it in float32 (`--set "
+                "dtype=float32`), where CPU is the reference.")  # fmt: skip
+        page = _page(title, (text,), None, kind="own failure")
+        return replace(page, output="\n".join(stage.stderr_tail) or None)
     else:
         what += ("the captured program fails on CPU as reprokit replays it, where it ran when "
                  "it was captured.")  # fmt: skip
