@@ -95,3 +95,24 @@ class ShiftedMask(nn.Module):
 def shifted_mask():
     torch.manual_seed(0)
     return ShiftedMask(), (torch.randn(4, 4),)
+
+
+class ComplexRope(nn.Module):
+    """A rotary embedding done in complex numbers, as Llama's: polar, view_as_complex, a
+    complex product, view_as_real (a complex result and its real view share one storage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        frequencies = torch.tensor([1.0, 0.5, 0.1, 0.01])
+        self.register_buffer("angles", torch.outer(torch.arange(4.0), frequencies))
+
+    def forward(self, x):
+        freqs = torch.polar(torch.ones_like(self.angles), self.angles)
+        pairs = torch.view_as_complex(self.proj(x).float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * freqs).flatten(-2)
+
+
+def complex_rope():
+    torch.manual_seed(0)
+    return ComplexRope(), (torch.randn(2, 4, 8),)
