@@ -1,10 +1,10 @@
 """The built-in case library, run for real on XLA:CPU: each variant ends as its case expects.
 
 A cheap subset runs every time: one outcome of each kind (match, mismatch, error) on the cpu,
-xla and xla_spmd backends. The whole library takes 5-10 minutes on two cores: CI runs it after
-the tests, through the pytest plugin (``pytest cases/`` in .ci/run: each variant an item that
-fails when it does not end as its case expects), and tests/runner/processes/test_warm.py runs it
-cold and warm there; ``bench/library.py`` runs it and prints its outcome table.
+xla and xla_spmd backends. The whole library takes 5-10 minutes on two cores, through the pytest
+plugin (``pytest cases/``: each variant an item that fails when it does not end as its case
+expects; not in CI since round 6, docs/development.md), and tests/runner/processes/test_warm.py
+runs it cold and warm; ``bench/library.py`` runs it and prints its outcome table.
 """
 
 from __future__ import annotations

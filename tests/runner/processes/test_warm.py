@@ -138,7 +138,7 @@ def test_only_multicore_and_unverified_devices_are_kept_from_the_fork():
     assert "cuda" in warm._cold_because(replace(how, backend="cuda"), "CPU")
 
 
-# Every built-in case twice (minutes): .ci/run runs it after the tests, with REPROKIT_LIBRARY=1
+# Every built-in case twice (minutes): run by hand with REPROKIT_LIBRARY=1 (docs/development.md)
 @pytest.mark.skipif(not os.environ.get("REPROKIT_LIBRARY"), reason="set REPROKIT_LIBRARY=1")
 def test_the_library_gives_the_same_outcomes_and_tensors_warm_and_cold(tmp_path):
     variants = load_variants([str(p) for p in sorted(CASES.glob("*.toml"))])
