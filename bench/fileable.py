@@ -25,9 +25,10 @@ part; the table gives both.
                              [-j 2] [--checkout DIR] [--report-only] [--list]
 
 ``--checkout`` runs another checkout's reprokit (``git worktree add /tmp/before REV``): before
-and after on one machine. ``--report-only`` keeps DIR's captures and runs and reports them
-again (with the checkout's or today's code), re-running only the variants that ended in error or
-crash. DIR keeps captures between calls: a capture already there is not made again. On two
+and after on one machine. ``--sort-only`` sorts DIR's reports again, running nothing.
+``--report-only`` keeps DIR's captures and runs and reports them again (with the checkout's or
+today's code), re-running only the variants that ended in error or crash. DIR keeps captures
+between calls: a capture already there is not made again. On two
 cores the whole corpus is about an hour.
 """
 
@@ -302,6 +303,11 @@ def main() -> None:
     parser.add_argument("-j", type=int, default=2, help="variants at once")
     parser.add_argument("--checkout", type=Path, help="another checkout's reprokit")
     parser.add_argument("--report-only", action="store_true", help="report DIR's runs again")
+    parser.add_argument(
+        "--sort-only",
+        action="store_true",
+        help="sort DIR's reports again (fileable.json's rows), running nothing",
+    )
     parser.add_argument("--own", action="store_true", help="the five models of fileable_own.py")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args()
@@ -316,12 +322,25 @@ def main() -> None:
     for sub in ("captured", "runs", "logs"):
         (args.o / sub).mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    rows = run_corpus(corpus, args, env)
+    rows = resorted(args.o) if args.sort_only else run_corpus(corpus, args, env)
     (args.o / "fileable.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
     print(f"\n{len(rows)} reports in {time.perf_counter() - start:.0f} s\n\n{table(rows)}\n")
     for row in rows:
         if row.sort in BAD or row.sort in ("no repro", "own failure"):
             print(f"- {row.model} {row.dtype} ({row.part}): {row.sort}: {row.title} {row.why}")
+
+
+def resorted(out: Path) -> list[Row]:
+    """fileable.json's rows sorted again from their reports (refusals kept as they were)."""
+    rows = []
+    for kept in json.loads((out / "fileable.json").read_text()):
+        row = Row(**kept)
+        if row.sort != "refused":
+            folder = out / "runs" / f"{row.model}-{row.dtype}"
+            again = sort(folder, 0 if _kept(folder) == 0 else 1)
+            row.sort, row.title, row.why = again.sort, again.title, again.why
+        rows.append(row)
+    return rows
 
 
 def run_corpus(corpus: list[tuple[str, list[str]]], args: argparse.Namespace,
