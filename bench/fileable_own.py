@@ -43,7 +43,7 @@ class RopeAttention(nn.Module):
         q, k, v = (w(x).view(b, t, self.heads, self.head_dim) for w in (self.wq, self.wk, self.wv))
         q, k = self.rotate(q), self.rotate(k)
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.head_dim)
-        mask = torch.full((t, t), float("-inf"), device=x.device).triu(1)
+        mask = torch.full((t, t), float("-inf"), device=x.device, dtype=scores.dtype).triu(1)
         attn = torch.softmax(scores + mask, dim=-1)
         return self.wo(torch.einsum("bhqk,bkhd->bqhd", attn, v).reshape(b, t, -1))
 

@@ -11,10 +11,12 @@ headline over a harness. Each root is judged once, in this order:
 
 The page is the worst of its roots: no repro, then known, then rounding.
 
-A run that ends in error or crash in reprokit's own part is never an issue for pytorch/xla
-either (``own_failure``): a stage's protocol failing to save its tensors (its error says
-"reprokit's own failure"), or a captured program failing on CPU, where it ran when it was
-captured (reprokit's replay, or a ``--set dtype`` the model never ran in).
+A run that ends in error or crash where torch_xla is not to blame is never an issue for
+pytorch/xla either (``own_failure``): a stage's protocol failing to save its tensors (its error
+says "reprokit's own failure"), or a captured program failing on CPU (no CPU kernel in the
+dtype, a program CPU's eager kernels refuse, a ``--set dtype`` the model never ran in): no
+reference. An XLA stage's error the known file names by its message is known
+(``known_failure``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from reprokit.comparison.roots import ROUNDING, compared, described, roots, rounding
 from reprokit.infra.known import match
-from reprokit.records import Comparison, Root, VariantResult
+from reprokit.records import Comparison, Root, StageResult, VariantResult
 from reprokit.records.folder import RunFolder
 from reprokit.records.issues import RootRepro, read_index
 from reprokit.reports.evidence import plain
@@ -78,44 +80,47 @@ def known_failure(variant: VariantResult) -> Issue | None:
 
 
 def own_failure(variant: VariantResult) -> Issue | None:
-    """The page of a run that failed in reprokit's own part (module docstring), or None."""
+    """The page of a run that failed where torch_xla is not to blame (module docstring), or
+    None."""
     failed = [s for s in variant.stages if s.failed]
-    own = next((s for s in failed if OWN in (s.error or "")), None)
-    replay = next((s for s in failed if s.backend == "cpu" and s.error), None)
-    if own is None and (replay is None or "program" not in variant.variant):
+    if own := next((s for s in failed if OWN in (s.error or "")), None):
+        text = (f"Stage `{own.name}` ({own.backend}) {_ended(own)}. This is a failure of "
+                "reprokit's own, not of torch_xla: the stage's tensors were computed, and "
+                "reprokit failed to save them. Report it to reprokit with this page; bundle.zip "
+                "holds the stage's log.")  # fmt: skip
+        return _failed(own, f"{OWN}: stage `{own.name}` could not save its tensors", (text,))
+    cpu = next((s for s in failed if s.backend == "cpu" and s.error), None)
+    if cpu is None or "program" not in variant.variant:
         return None
-    stage = own or replay
-    assert stage is not None
-    what = (f"Stage `{stage.name}` ({stage.backend}) {stage.ended()}. This is a failure of "
-            "reprokit's own, not of torch_xla: ")  # fmt: skip
-    if own is not None:
-        what += (
-            "the stage's tensors were computed, and reprokit failed to save them. "
-            "Report it to reprokit with this page; bundle.zip holds the stage's log."
-        )
-    elif "not implemented for" in (stage.error or ""):  # torch's CPU lacks the dtype's kernel
-        dtype = variant.variant.get("dtype", "")
-        title = f"No CPU reference: torch's CPU cannot run this program in {dtype}"
-        text = (f"Stage `{stage.name}` {stage.ended().rstrip('.')}. torch has no CPU kernel in "
-                f"{dtype} for an operation of the program, so there is nothing to compare XLA "
-                f"with in {dtype}: not a torch_xla bug. Run it in float32 (`--set "
-                "dtype=float32`), where CPU is the reference.")  # fmt: skip
-        page = _page(title, (text,), None, kind="own failure")
-        return replace(page, output="\n".join(stage.stderr_tail) or None)
-    else:
-        what += ("the captured program fails on CPU as reprokit replays it, where it ran when "
-                 "it was captured.")  # fmt: skip
-    advice = _dtype_advice(variant) if own is None else ""
-    title = (f"{OWN}: stage `{stage.name}` could not save its tensors" if own is not None
-             else f"{OWN}: the captured program fails on CPU as reprokit runs it "
-             f"(stage `{stage.name}`)")  # fmt: skip
-    page = _page(title, (what, *([advice] if advice else [])), None, kind="own failure")
+    dtype = variant.variant.get("dtype", "")
+    said = f"Stage `{cpu.name}` ({cpu.backend}) {_ended(cpu)}."
+    if "not implemented for" in (cpu.error or ""):  # torch's CPU lacks the dtype's kernel
+        text = (f"{said} torch has no CPU kernel in {dtype} for an operation of the program, so "
+                f"there is nothing to compare XLA with in {dtype}: not a torch_xla bug. Run it "
+                "in float32 (`--set dtype=float32`), where CPU is the reference.")  # fmt: skip
+        return _failed(cpu, f"No CPU reference: torch's CPU cannot run this program in {dtype}",
+                       (text,))  # fmt: skip
+    text = (
+        f"{said} The captured program fails on CPU as reprokit runs it, so there is no "
+        "reference to compare XLA with: not a torch_xla bug. torch.export traces with fake "
+        "tensors, so it captures programs that CPU's eager kernels refuse (two dtypes in "
+        f"one matmul); check that the model runs eagerly on CPU in {dtype or 'its dtype'}."
+    )
+    return _failed(cpu, f"No CPU reference: the captured program fails on CPU (stage "
+                   f"`{cpu.name}`)", (text, _dtype_advice(dtype)))  # fmt: skip
+
+
+def _ended(stage: StageResult) -> str:
+    return stage.ended().rstrip(".")
+
+
+def _failed(stage: StageResult, title: Text, bug: tuple[Text, ...]) -> Issue:
+    page = _page(title, bug, None, kind="own failure")
     return replace(page, output="\n".join(stage.stderr_tail) or None)
 
 
-def _dtype_advice(variant: VariantResult) -> str:
-    dtype = variant.variant.get("dtype")
-    if dtype in (None, "float32"):
+def _dtype_advice(dtype: str) -> str:
+    if dtype in ("", "float32"):
         return "Run it again with `reprokit run`; if it fails again, report it to reprokit."
     return (f"The program runs in {dtype} (`--set dtype={dtype}`), which casts what was "
             f"captured: casts the model makes itself in {dtype} (a `.float()` before "

@@ -119,12 +119,12 @@ def test_the_protocol_failing_to_save_is_reprokits_own_failure(tmp_path):
     assert reports.kind == "own failure"
 
 
-def test_a_captured_program_failing_on_cpu_in_another_dtype_says_capture_in_it(tmp_path):
+def test_a_captured_program_failing_on_cpu_is_no_reference_and_says_capture_in_the_dtype(tmp_path):
     error = "RuntimeError: view_as_complex is only supported for half, float and double tensors"
     stage = StageResult("cpu", "cpu", Status.ERROR, returncode=1, error=error)
     text, _ = reported(tmp_path, failed(stage))
-    assert text.startswith("# reprokit's own failure: the captured program fails on CPU")
-    assert "Capture the model in float16" in text
+    assert text.startswith("# No CPU reference: the captured program fails on CPU (stage `cpu`)")
+    assert "not a torch_xla bug" in text and "Capture the model in float16" in text
 
 
 def test_no_cpu_kernel_in_the_dtype_is_no_reference(tmp_path):
