@@ -64,6 +64,16 @@ def test_hf_tiny_configuration_uses_each_configurations_own_names():
     assert (t5.d_model, t5.num_layers, t5.num_heads) == (32, 2, 2)
 
 
+def test_hf_tiny_sizes_per_stage_keep_the_stages():
+    """Swin holds num_heads per stage: a list of the tiny size, not an int its validation
+    refuses (bench/fileable.py's hf:swin was refused with a StrictDataclassFieldValidationError,
+    reprokit's own failure)."""
+    import transformers
+
+    swin = zoo._tiny_config(transformers.SwinConfig, {})
+    assert tuple(swin.num_heads) == (2, 2, 2, 2)
+
+
 def test_hf_model_type_names_its_model_and_an_encoder_decoder_gets_decoder_ids():
     module, args, kwargs = zoo.build(zoo.parse("hf:t5", shape=(2, 8)))
     assert type(module).__name__ == "T5Model" and args == ()

@@ -215,7 +215,8 @@ def _tiny_config(config_class: type, given: dict[str, Any]) -> Any:
     would fall outside the tiny vocabulary moved inside it."""
     default = config_class()
     own = getattr(config_class, "attribute_map", {})  # hidden_size -> n_embd, for GPT-2
-    sizes = {own.get(k, k): v for k, v in HF_TINY.items() if hasattr(default, k)}
+    sizes = {own.get(k, k): _per_stage(getattr(default, k), v) for k, v in HF_TINY.items()
+             if hasattr(default, k)}  # fmt: skip
     sizes |= {own.get(k, k): v for k, v in given.items()}
     vocab = sizes.get(own.get("vocab_size", "vocab_size"), getattr(default, "vocab_size", None))
     for index, key in enumerate(_TOKEN_IDS):
@@ -223,6 +224,14 @@ def _tiny_config(config_class: type, given: dict[str, Any]) -> Any:
         if isinstance(vocab, int) and isinstance(value, int) and value >= vocab:
             sizes.setdefault(key, vocab - 1 - index)
     return config_class(**sizes)
+
+
+def _per_stage(default: Any, tiny: Any) -> Any:
+    """A tiny size where the configuration holds one per stage (Swin's ``num_heads``, a list):
+    the tiny value for each stage."""
+    if isinstance(default, list | tuple) and not isinstance(tiny, list | tuple):
+        return type(default)([tiny] * len(default))
+    return tiny
 
 
 def _hf_inputs(module: Any, config: Any, shape: tuple[int, ...] | None) -> dict[str, Any]:
