@@ -22,7 +22,6 @@ reference. An XLA stage's error the known file names by its message is known
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,9 +33,8 @@ from reprokit.records.issues import RootRepro, read_index
 from reprokit.reports.evidence import plain
 from reprokit.reports.hint import minimize_hint
 from reprokit.reports.model import Cell, Issue, Table, Text
-from reprokit.reports.root_issues import found_with
+from reprokit.reports.root_issues import Known, found_with
 
-Known = Callable[..., tuple[Text, bool] | None]
 EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
 KINDS = ("no repro", "known", "rounding")  # the worst first: what the page says
 
