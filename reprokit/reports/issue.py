@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,18 @@ def issues(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> tu
     its first root. A run of several problems keeps the report of each, as a sweep writes one
     report per model."""
     first = shown[0] if len(shown) == 1 else None
-    if first is not None and first.outcome in (Outcome.ERROR, Outcome.CRASH):
+    if first is None:
+        return ()
+    steps = steps_line(first)  # a training run of several steps: the loss per step
+    return tuple(replace(one, context=(*one.context, steps)) if steps else one
+                 for one in _issues(summary, run_dir, first))  # fmt: skip
+
+
+def _issues(summary: RunSummary, run_dir: Path, first: VariantResult) -> tuple[Issue, ...]:
+    if first.outcome in (Outcome.ERROR, Outcome.CRASH):
         said = own_failure(first) or known_failure(first)  # never XLA's / known already
         return (said,) if said else ()
-    if first is None or first.outcome is not Outcome.MISMATCH:
+    if first.outcome is not Outcome.MISMATCH:
         return ()
     if summary.minimized is None and (found := root_issues(first, run_dir, known_line)):
         return found
@@ -48,6 +56,31 @@ def issues(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> tu
         return (said,)  # no bug headline without a repro that shows it
     one = issue(summary, run_dir, first)
     return (one,) if one is not None else ()
+
+
+_STEP = re.compile(r"^loss(?:\.step(\d+))?$")  # training_program.py.j2: loss, loss.step2...
+
+
+def steps_line(variant: VariantResult) -> Text | None:
+    """A training run of several steps: its optimizer, the first step whose loss differs from
+    CPU's, and the loss per step on CPU and XLA (None for one step)."""
+    metrics = {s.name: s.metrics for s in variant.stages}
+    cpu, xla = metrics.get("cpu", {}), metrics.get("xla", {})
+    steps = sorted((int(m.group(1) or 1), k) for k in cpu if (m := _STEP.match(k)))
+    if len(steps) < 2:
+        return None
+    apart = {c.tensor for c in variant.comparisons if c.target == "xla" and not c.allclose}
+    first = next((n for n, k in steps if k in apart), None)
+    said = (f"the loss first differs from CPU's at step {first}" if first
+            else "the loss agrees with CPU's at every step")  # fmt: skip
+    per = "; ".join(f"step {n}: CPU {_loss(cpu.get(k))}, XLA {_loss(xla.get(k))}" for n, k in steps)
+    optimizer = variant.variant.get("optimizer")
+    by = f" with {optimizer}" if optimizer else ""
+    return f"Over {len(steps)} training steps{by}, {said} ({per})."
+
+
+def _loss(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, int | float) else "-"
 
 
 def issue(summary: RunSummary, run_dir: Path, first: VariantResult) -> Issue | None:

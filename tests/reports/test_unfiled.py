@@ -7,6 +7,7 @@ Through reprokit.report, as the CLI writes report.md."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import pytest
 
@@ -154,3 +155,20 @@ def test_ulps_apart():
     assert ulps_apart(-1.13281, -1.12402, "float16") == pytest.approx(9.0, abs=0.01)  # 2**-10
     assert ulps_apart(1.0, 1.0078125, "bfloat16") == 1.0
     assert ulps_apart(float("inf"), 1.0, "float16") is None and ulps_apart(1, 2, "int64") is None
+
+
+def test_several_training_steps_say_the_loss_per_step_and_the_first_that_differs(tmp_path):
+    variant = mismatch("node.0003.conv2d", "aten.conv2d.default", error=1.6e-3)
+    cpu = {"loss": 2.5, "loss.step2": 2.25, "loss.step3": 2.0}
+    xla = {"loss": 2.5, "loss.step2": 2.375, "loss.step3": 2.125}
+    stages = (StageResult("cpu", "cpu", Status.OK, metrics=cpu, described=SAID),
+              StageResult("xla", "xla", Status.OK, metrics=xla, described=SAID))  # fmt: skip
+    loss = Comparison(tensor="loss.step2", reference="cpu", target="xla", shape=(),
+                      dtype="float16", max_abs=0.125, max_rel=0.05, mismatched=1, total=1,
+                      allclose=False)  # fmt: skip
+    variant = replace(variant, stages=stages, comparisons=(*variant.comparisons, loss),
+                      variant={**variant.variant, "optimizer": "adam"})  # fmt: skip
+    text, _ = reported(tmp_path, variant, unshown(variant, "within 4x the bound: rounding"))
+    assert ("Over 3 training steps with adam, the loss first differs from CPU's at step 2 "
+            "(step 1: CPU 2.5, XLA 2.5; step 2: CPU 2.25, XLA 2.375; step 3: CPU 2, XLA 2.125)."
+            ) in text  # fmt: skip
