@@ -40,7 +40,9 @@ def issues(summary: RunSummary, run_dir: Path, shown: list[VariantResult]) -> tu
     if first is None:
         return ()
     steps = steps_line(first)  # a training run of several steps: the loss per step
-    return tuple(replace(one, context=(*one.context, steps)) if steps else one
+    run = f"Seen in `{first.label}`; its scripts, logs and results are in the bundle."
+    return tuple(replace(one, context=(*one.context, *([steps] if steps else []),
+                                       *([run] if one.kind != "bug" else [])))
                  for one in _issues(summary, run_dir, first))  # fmt: skip
 
 
