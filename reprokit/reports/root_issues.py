@@ -55,7 +55,7 @@ def _issue(
     variant: VariantResult, folder: Path, repro: RootRepro, mine: list[Root], known: Known | None
 ) -> Issue:
     seen = [s for s in repro.seen() if s.differs]
-    op = _op(repro.op)
+    op = short_op(repro.op)
     dtype = _dtype(repro, variant, mine[0])
     forward = any(not s.name.endswith(GRADIENT) for s in seen)
     grad = None if forward and len(seen) > 1 else not forward
@@ -80,8 +80,8 @@ def _issue(
     )
 
 
-def _op(op: str) -> str:
-    """aten.softplus.default -> softplus."""
+def short_op(op: str) -> str:
+    """aten.softplus.default -> softplus; node names and other ops kept as they are."""
     parts = op.split(".")
     return parts[1] if len(parts) > 2 and parts[0] == "aten" else op
 

@@ -33,7 +33,7 @@ from reprokit.records.issues import RootRepro, read_index
 from reprokit.reports.evidence import plain
 from reprokit.reports.hint import minimize_hint
 from reprokit.reports.model import Cell, Issue, Table, Text
-from reprokit.reports.root_issues import Known, found_with
+from reprokit.reports.root_issues import Known, found_with, short_op
 
 EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
 KINDS = ("no repro", "known", "rounding")  # the worst first: what the page says
@@ -71,9 +71,8 @@ def known_failure(variant: VariantResult) -> Issue | None:
         if found.upstream and found.state != "closed":
             where += (f". Post this page there as a comment, not a new issue, opening with: "
                       f"“{found.comment()}”")  # fmt: skip
-        text = f"Stage `{stage.name}` ({stage.backend}) {stage.ended().rstrip('.')}."
-        page = _page(f"Known: {found.title}", (text,), None, kind="known", known=where)
-        return replace(page, output="\n".join(stage.stderr_tail) or None)
+        text = f"Stage `{stage.name}` ({stage.backend}) {_ended(stage)}."
+        return _failed(stage, f"Known: {found.title}", (text,), kind="known", known=where)
     return None
 
 
@@ -112,8 +111,10 @@ def _ended(stage: StageResult) -> str:
     return stage.ended().rstrip(".")
 
 
-def _failed(stage: StageResult, title: Text, bug: tuple[Text, ...]) -> Issue:
-    page = _page(title, bug, None, kind="own failure")
+def _failed(stage: StageResult, title: Text, bug: tuple[Text, ...], kind: str = "own failure",
+            known: Text | None = None) -> Issue:  # fmt: skip
+    """A failed stage's page, its last words under it."""
+    page = _page(title, bug, None, kind=kind, known=known)
     return replace(page, output="\n".join(stage.stderr_tail) or None)
 
 
@@ -137,12 +138,6 @@ def _judged(variant: VariantResult, root: Root, known: Known) -> tuple[str, Text
     if rounding(root) or root.reaches == ():
         return "rounding", None
     return "no repro", None
-
-
-def short_op(op: str) -> str:
-    """aten.native_layer_norm.default -> native_layer_norm; node names kept as they are."""
-    parts = op.split(".")
-    return parts[1] if len(parts) > 2 and parts[0] == "aten" else op
 
 
 def _dtypes(variant: VariantResult, found: list[Root] | tuple[Root, ...]) -> str:
