@@ -23,6 +23,7 @@ from reprokit.reports.evidence import plain, script, too_large
 from reprokit.reports.known import known_line
 from reprokit.reports.model import Cell, Issue, Script, Table, Text
 from reprokit.reports.root_issues import found_with, root_issues
+from reprokit.reports.symptom import floating, near, reference_dtype, symptom, value
 from reprokit.reports.unfiled import known_failure, own_failure, unfiled
 
 MAX_FOLDED = 300  # lines of a case's own script shown folded (a captured program's harness never)
@@ -144,54 +145,6 @@ def _backend(variant: VariantResult, name: str) -> str:
     return BACKENDS.get(stage.backend, stage.backend) if stage is not None else name
 
 
-def reference_dtype(c: Comparison) -> str | None:
-    """The reference's dtype where it is not the target's (the comparison's note says it)."""
-    found = re.search(r"dtype \S+ on \S+, (\S+) on ", c.note)
-    return found.group(1) if found else None
-
-
-def value(number: float | None, dtype: str | None) -> str:
-    """An element as its dtype prints it: NaN and inf named, a flag True or False."""
-    if number is None:
-        return "-"
-    if math.isnan(number):
-        return "NaN"
-    if math.isinf(number):
-        return "inf" if number > 0 else "-inf"
-    if dtype == "bool":
-        return str(bool(number))
-    if dtype and not dtype.startswith(("float", "bfloat", "complex")):
-        return f"{number:.0f}"
-    return f"{number:.6g}"
-
-
-def symptom(c: Comparison, reference: str) -> str:
-    """What the target returns, in a few words: another dtype, NaN, inf, other values."""
-    if other := reference_dtype(c):
-        equal = " (the values equal)" if c.note.startswith("values equal") else ""
-        return f"returns {c.dtype} where {reference} returns {other}{equal}"
-    worst = c.worst[0] if c.worst else None
-    if worst is None and c.errors is not None:
-        e_ref, e_target = c.errors
-        return f"is farther from float64 than {reference} (RMSE {e_target:.3g}, not {e_ref:.3g})"
-    if worst is None:
-        return f"differs from {reference} (max abs {c.max_abs:.3g})"
-    got, want = value(worst.target, c.dtype), value(worst.reference, c.dtype)
-    agree = worst.fp64 is not None and _floating(c) and _close(worst.reference, worst.fp64)
-    return f"returns {got} where {reference}{' and float64 give' if agree else ' gives'} {want}"
-
-
-def _close(a: float, b: float) -> bool:
-    """Near enough to say "CPU and float64 give": equal (infinities too) or within 1%."""
-    return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-2 * max(1, abs(b)))
-
-
-def _floating(c: Comparison) -> bool:
-    """A floating result on both sides: float64's figures say something only for those."""
-    kinds = (c.dtype, reference_dtype(c) or c.dtype)
-    return all(k and k.startswith(("float", "bfloat", "complex")) for k in kinds)
-
-
 def title(root: _Seen, target: str, reference: str) -> Text:
     c = root.comparison
     floating = c.dtype and c.dtype.startswith(("float", "bfloat")) and not reference_dtype(c)
@@ -232,7 +185,7 @@ def _bug(variant: VariantResult, root: _Seen, target: str, reference: str) -> tu
                 f"{ours:,} {'is' if ours == 1 else 'are'} {what} on {target} ({on_reference})"
             )
     text = f"On {target}, {_where(root)} {symptom(c, reference)}: {'; '.join(counts)}."
-    if c.errors is not None and _floating(c) and math.isfinite(c.errors[0]):
+    if c.errors is not None and floating(c) and math.isfinite(c.errors[0]):
         e_ref, e_target = c.errors
         bound = f" (at most {c.bound:.3g} would be noise)" if _finite(c.bound) else ""
         text += (f" Against the same program run in float64, {target}'s error (RMSE) is "
@@ -280,7 +233,7 @@ def _hlo(summary: RunSummary, run_dir: Path) -> tuple[Script, ...]:
 def _cpu_off(c: Comparison) -> str:
     """CPU far from float64 at a witness element (not by rounding: 1%, or not finite where
     float64 is), said with the values; "" when it is not."""
-    for w in c.worst if _floating(c) else ():
+    for w in c.worst if floating(c) else ():
         if w.fp64 is None or not math.isfinite(w.fp64):
             continue
         if not math.isfinite(w.reference) or abs(w.reference - w.fp64) > 1e-2 * max(1, abs(w.fp64)):
@@ -304,7 +257,7 @@ def witnesses(c: Comparison, target: str, reference: str) -> Table | None:
     if not c.worst:
         return None
     theirs = reference_dtype(c) or c.dtype
-    fp64 = _floating(c) and any(w.fp64 is not None for w in c.worst)
+    fp64 = floating(c) and any(w.fp64 is not None for w in c.worst)
     header = ("element", f"{reference} ({theirs})", f"{target} ({c.dtype})")
     rows = tuple(
         (Cell(str(list(w.index)), code=True), Cell(value(w.reference, theirs)),
@@ -360,7 +313,7 @@ def _expected(c: Comparison, target: str, reference: str) -> tuple[Text, ...]:
     w = c.worst[0]
     at = f"`{list(w.index)}`"
     want = value(w.reference, c.dtype)
-    if w.fp64 is not None and _close(w.reference, w.fp64) and not math.isfinite(w.fp64):
+    if w.fp64 is not None and near(w.reference, w.fp64) and not math.isfinite(w.fp64):
         return (f"{target} returns {want} at {at}, as {reference} and float64 do.",)
     if w.fp64 is not None and _finite(c.bound):
         return (f"{target} returns about {value(w.fp64, 'float64')} at {at}, as {reference} "

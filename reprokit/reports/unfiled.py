@@ -34,6 +34,7 @@ from reprokit.reports.evidence import plain
 from reprokit.reports.hint import minimize_hint
 from reprokit.reports.model import Cell, Issue, Table, Text
 from reprokit.reports.root_issues import Known, found_with, short_op
+from reprokit.reports.symptom import symptom
 
 EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
 KINDS = ("no repro", "known", "rounding")  # the worst first: what the page says
@@ -166,8 +167,10 @@ def _known(variant: VariantResult, found, judged, rows: Table) -> Issue:
     lines = tuple(dict.fromkeys(line for _, line in judged if line))
     mine = [r for r, (k, _) in zip(found, judged, strict=True) if k == "known"]
     first = mine[0]
-    text = (f"XLA parts from CPU at {_ops(mine)} ({_dtypes(variant, mine)}), a known bug: "
-            f"{lines[0]}")  # fmt: skip
+    also = [r for r in mine if short_op(r.op) != short_op(first.op)]
+    text = (f"`{first.op}` on XLA {symptom(compared(variant, first), 'CPU')}"
+            + (f" (and at {_ops(also)})" if also else "")
+            + ": the known bug above.")  # fmt: skip
     rest = tuple(f"Also: {line}" for line in lines[1:])
     others = [r for r, (k, _) in zip(found, judged, strict=True) if k != "known"]
     if others:
@@ -213,6 +216,8 @@ def _table(variant: VariantResult, found, judged) -> Table:
         c = compared(variant, root)
         info = described(variant, root.target).get(root.tensor, {})
         where = plain(info.get("source", "")) or root.tensor
+        if info.get("library_source"):  # the op sits in a library the user's line calls
+            where += f"; inside {plain(info['library_source'])}"
         rows.append((Cell(short_op(root.op), code=True), Cell(where, code=True),
                      Cell(c.dtype or "-"), Cell(_errors(c)), Cell(_ulps(c)),
                      Cell(kind)))  # fmt: skip

@@ -97,7 +97,7 @@ def test_reprokit_report_reads_a_reduced_run(runs):
         texts.append((runs[name] / "report.md").read_text())
     first = variant(runs["reduced"]).first_divergence["xla"]
     op = next(s for s in variant(runs["reduced"]).stages if s.name == "xla").described[first]
-    assert f"`{op['op']}`" in texts[0]
+    assert f"`{op['op']}` on XLA" in texts[0]  # bf16 mean: a known page, in a title's words
     assert texts[0] == texts[1]  # the issue, its values and its other divergences alike
 
 

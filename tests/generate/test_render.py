@@ -73,9 +73,10 @@ def test_seed_script_is_at_most_255_lines():
     """Short enough to read in an issue: 200 lines before the script's comparison learned the
     harness's semantics (NaN, dtype, names on one side) and its XLA stages recorded what
     torch_xla saw (devices, compilations, transfers, CPU fallbacks), 250 until each stage
-    recorded the torch and torch_xla it imported (--env), 255 since."""
+    recorded the torch and torch_xla it imported (--env), 255 until saving said its failures
+    are reprokit's own and split shared storages (round 6), 275 since."""
     (seed,) = load_variants(["xser_to_spmd"])
-    assert render(seed).count("\n") <= 255
+    assert render(seed).count("\n") <= 275
 
 
 def test_seed_script_holds_only_what_the_case_uses():

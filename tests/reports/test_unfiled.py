@@ -86,6 +86,12 @@ def test_a_known_bug_without_a_repro_says_where_it_is_known(tmp_path):
     text, reports = reported(tmp_path, variant, unshown(variant, code=0))
     assert text.startswith("# Known: `native_layer_norm` in float16 on XLA")
     assert "pytorch/xla#3658, open). Post this report there as a comment" in text
+    # what the model saw, in the words of a bug's title: where the user applies the workaround
+    said = (
+        "`aten.native_layer_norm.default` on XLA returns -1.12402 where CPU and float64 give "
+        "-1.13281"
+    )
+    assert said in text and "`m.py:11: x = self.norm(x)`" in text
     assert reports.kind == "known" and reports.known.startswith("Known: LayerNorm generates")
 
 
