@@ -22,6 +22,7 @@ from reprokit.records.report import REPORT_MD
 from reprokit.run_flags import build_options, environments
 from reprokit.runner.options import default_run_dir, jobs
 from reprokit.tools.ops import ALL_DTYPES, DTYPES, OpsInterrupted, Progress, sweep_ops
+from reprokit.tools.ops.mesh import parse as parse_mesh
 
 EVERY = 5.0  # seconds between progress lines
 DEFAULT_DTYPES = ",".join(DTYPES)
@@ -46,6 +47,11 @@ OldTimeoutOpt = Annotated[float | None, typer.Option("--timeout", hidden=True)]
 ExecutorOpt = run_option("executor", help="where workers run: local, or ray (a Ray cluster)")
 RayAddressOpt = run_option("ray_address")
 EnvOpt = run_option("env", help='NAME="REQUIREMENTS": sweep in this uv environment (repeatable)')
+MeshOpt = Annotated[
+    str | None,
+    typer.Option("--mesh", help="each sample sharded on a mesh of devices (4, 2x2, 2x4) "
+                 "against itself unsharded, under SPMD", metavar="AxB"),
+]  # fmt: skip
 ReleasesOpt = Annotated[
     str | None,
     typer.Option("--releases", help="sweep in each torch_xla release: 2.8..2.9, or 2.5,2.9"),
@@ -61,6 +67,7 @@ def ops_(
     backends: BackendsOpt = "xla",
     edge: Annotated[bool, typer.Option("--edge", help="edge values too (docs/ops.md)")] = False,
     inplace: InplaceOpt = False,
+    mesh: MeshOpt = None,
     n: JobsOpt = "1",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="the folder")] = None,
     sample_timeout: SampleTimeoutOpt = 30.0,
@@ -93,6 +100,7 @@ def ops_(
         "grad": grad,
         "edge": edge or every,
         "inplace": inplace,
+        "mesh": parse_mesh(mesh) if mesh else (),
         "backends": tuple(b for b in backends.split(",") if b),
         "options": options,
         "cache": not no_cache,

@@ -89,6 +89,8 @@ class Sample:
     cpu_intermediates: str = ""
     terms: str = ""  # how the terms were taken (the Jacobian, or estimated from below)
     form: str = ""  # a call form OpInfo's samples leave out: one of FORMS
+    shard: str = ""  # --mesh: how its tensor arguments were sharded (worker/sharding.py)
+    mesh: list[int] = field(default_factory=list)  # and on which mesh of devices
 
     @property
     def differs(self) -> bool:
@@ -154,12 +156,14 @@ class Group:
     # and its reduction by mean (float16's sum overflowing) makes the difference; "" none
     cause: str = ""
     form: str = ""  # the call form its samples used: one of FORMS, "" for OpInfo's own call
+    shard: str = ""  # --mesh: the sharding its samples differ under, against unsharded XLA
 
     @property
     def passed(self) -> str:
         """Which pass: forward, backward or in-place, and the call form where there is one
         ("forward, operator, number": ``x >> 2``)."""
         passed = "in-place" if self.inplace else "backward" if self.grad else "forward"
+        passed += f", sharded {self.shard}" if self.shard else ""
         return f"{passed}, {self.form}" if self.form else passed
 
     def to_json(self) -> dict[str, Any]:
@@ -182,6 +186,7 @@ class OpsSweep:
     edge: bool
     seconds: float
     inplace: bool = False  # the in-place variants swept too
+    mesh: tuple[int, ...] = ()  # --mesh: each sample sharded on it, against itself unsharded
     interrupted: bool = False
     ops: list[dict[str, Any]] = field(default_factory=list)  # op, variant, dtypes, counts, skip
     skips: dict[str, int] = field(default_factory=dict)  # reason -> samples
@@ -210,7 +215,7 @@ class OpsSweep:
     def from_json(cls, data: Mapping[str, Any]) -> OpsSweep:
         groups = tuple(Group.from_json(g) for g in data.get("groups", ()))
         records = [Sample.from_json(r) for r in data.get("records", ())]
-        sweep = from_json(cls, data, backends=tuple, dtypes=tuple)
+        sweep = from_json(cls, data, backends=tuple, dtypes=tuple, mesh=tuple)
         return replace(sweep, groups=groups, records=records)
 
     def counts(self) -> dict[str, int]:

@@ -39,8 +39,11 @@ def headline(sweep: OpsSweep) -> str:
     shared = sum(1 for g in sweep.groups if g.cause)
     caused = f" ({shared} of them from {_count(len(causes), 'cause')} below)" if causes else ""
     rounded = f"; {_count(len(sweep.precision), 'precision finding')} apart" * bool(sweep.precision)
+    where = ", ".join(sweep.backends)
+    if sweep.mesh:  # each sample against itself unsharded, not against CPU
+        where = f"xla sharded on a {'x'.join(map(str, sweep.mesh))} mesh (against unsharded)"
     return (
-        f"{len(sweep.groups)} groups of divergences on {', '.join(sweep.backends)}{caused} in "
+        f"{len(sweep.groups)} groups of divergences on {where}{caused} in "
         f"{samples:,} samples of {ops} OpInfos{stopped}; {alone} reproduce alone{rounded}"
     )
 

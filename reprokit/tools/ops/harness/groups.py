@@ -46,15 +46,17 @@ def build(records: list[Sample]) -> list[Group]:
     keyed: dict[tuple, list[Sample]] = {}
     for r in records:
         if r.differs:
-            key = (r.op, r.variant, r.backend, r.kind, r.grad, r.inplace, r.arg, r.cause, r.form)
+            key = (r.op, r.variant, r.backend, r.kind, r.grad, r.inplace, r.arg, r.cause, r.form,
+                   r.shard)  # fmt: skip
             keyed.setdefault(key, []).append(r)
     groups = []  # arg: a stale graph's arguments (one group each); cause: the op that makes it;
-    # form: the call form (``x >> 2`` is its own group beside ``torch.bitwise_right_shift``)
+    # form: the call form (``x >> 2`` is its own group beside ``torch.bitwise_right_shift``);
+    # shard: the sharding it differs under (--mesh), each its own group
     for key, found in sorted(keyed.items()):
-        op, variant, backend, kind, grad, inplace, arg, cause, form = key
+        op, variant, backend, kind, grad, inplace, arg, cause, form, shard = key
         witness = min(found, key=_smallest)
         dtypes = sorted({r.dtype for r in found}, key=_dtype_rank)
-        slug = _slug(op, variant, kind, grad, backend, arg, cause, form)
+        slug = _slug(op, variant, kind, grad, backend, arg, cause, form, shard)
         group = Group(
             id=slug + ("_inplace" if inplace else ""),
             op=op,
@@ -69,6 +71,7 @@ def build(records: list[Sample]) -> list[Group]:
             inplace=inplace,
             cause=cause,
             form=form,
+            shard=shard,
         )
         groups.append(replace(group, known=_known(group, group.witness)))
     return groups
@@ -78,6 +81,7 @@ def _witness(r: Sample) -> dict[str, Any]:
     """A group's witness as ops.json keeps it; a stale graph's with its arguments, its first
     call and the sample it was probed from."""
     seen = {"dtype": r.dtype, "edge": r.edge, "sample": r.sample, "described": r.described}
+    seen |= {"mesh": r.mesh} if r.mesh else {}
     seen["detail"] = r.detail or None
     stale = {"arg": r.arg, "stale": r.stale, "base": r.base}
     return seen | {k: v for k, v in stale.items() if v not in ("", {}, None)}
@@ -101,6 +105,7 @@ def _slug(
     arg: str = "",
     cause: str = "",
     form: str = "",
+    shard: str = "",
 ) -> str:
     parts = [
         op,
@@ -111,6 +116,7 @@ def _slug(
         f"by_{cause}" if cause else "",
         "grad" if grad else "",
         "" if backend == "xla" else backend,
+        shard.replace("-1", "last"),  # 0@x,-1@y/slice: 0_x_last_y_slice
     ]
     return re.sub(r"[^A-Za-z0-9]+", "_", "_".join(p for p in parts if p)).strip("_")
 

@@ -10,6 +10,7 @@ repro. Torch-free."""
 from __future__ import annotations
 
 import json
+import math
 import queue
 import signal
 import sys
@@ -56,11 +57,15 @@ class Task:
     grad: bool
     edge: bool
     inplace: bool = False  # the op's in-place variant (forward)
+    shard: str = ""  # --mesh: how its tensor arguments are sharded (worker/sharding.py)
+    mesh: tuple[int, ...] = ()  # and the devices' mesh (2, 2)
 
     @property
     def id(self) -> str:
         passed = "inplace" if self.inplace else "grad" if self.grad else "fwd"
-        return f"{self.op}|{self.variant}|{self.dtype}|{self.backend}|{passed}|{int(self.edge)}"
+        sharded = f"|{self.shard}" if self.shard else ""
+        edge = int(self.edge)
+        return f"{self.op}|{self.variant}|{self.dtype}|{self.backend}|{passed}|{edge}{sharded}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,7 +77,7 @@ class Task:
             "grad": self.grad,
             "edge": self.edge,
             "inplace": self.inplace,
-        }
+        } | ({"shard": self.shard, "mesh": list(self.mesh)} if self.shard else {})
 
 
 @dataclass(frozen=True)
@@ -222,6 +227,7 @@ class Pool:
         _feed(feed, 0, batch)
         job = {
             "backend": batch.tasks[0]["backend"],
+            "mesh": batch.tasks[0].get("mesh"),  # a sweep's tasks share one mesh, or none
             "feed": "feed",
             "timeout": self.timeout,
             "witness_dir": str(self.witness),
@@ -314,7 +320,9 @@ class Pool:
         """One worker on ``job`` in ``folder``, driven to its end: how it ended."""
         (folder / WORKER_JOB).write_text(json.dumps(job), "utf-8")
         command = [self.options.python, str(WORKER), WORKER_JOB, WORKER_ANSWERS]
-        env = stage_env("xla", self.options.xla_device)
+        mesh = job.get("mesh")  # SPMD on the mesh's devices (virtual ones on XLA:CPU)
+        devices = math.prod(mesh) if mesh else None
+        env = stage_env("xla_spmd" if mesh else "xla", self.options.xla_device, devices=devices)
         if self.options.python != sys.executable:  # a release's environment: no reprokit
             env["PYTHONPATH"] = str(SOURCE)  # the worker imports reprokit from its source
         logs = child_logs(folder)

@@ -7,10 +7,12 @@ source (worker.code_of), without torch; checked by running it alone (minimize's 
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any
 
 from reprokit.infra.python_source import parse_python
 from reprokit.records.ops import FORMS
+from reprokit.tools.ops.mesh import AXES, placements
 
 MOST_LINES = 25
 # torch.testing's tolerances per dtype: within them of CPU an element is no divergence (the
@@ -80,6 +82,79 @@ print(f"XLA gives {{xla.dtype}}{{list(xla.shape)}}: it did not {died}")
 """
 
 
+_SHARDED_HEAD = """\
+# {title}. reprokit ops --mesh {mesh}: OpInfo {name}, {dtype}, {which}; exit 1: sharded XLA differs from unsharded
+import os
+os.environ.setdefault("PJRT_DEVICE", "CPU"), os.environ.setdefault("CPU_NUM_DEVICES", "{devices}")  # XLA:CPU's virtual devices
+import numpy as np
+import torch
+import torch_xla.distributed.spmd as xs
+import torch_xla.runtime as xr
+from torch.utils._pytree import tree_leaves, tree_map
+xr.use_spmd()
+mesh = xs.Mesh(np.arange(xr.global_runtime_device_count()), {shape}, {axes})
+"""
+
+_SHARDED = """\
+SPEC, VIEW = {spec}, {view!r}  # per tensor rank, how it is sharded; VIEW: reached as a view of a sharded tensor
+def shard(t):  # t on XLA, sharded by SPEC
+    p = SPEC.get(t.dim()) if isinstance(t, torch.Tensor) and t.numel() > 1 else None
+    if p is None:
+        return t.to("xla") if isinstance(t, torch.Tensor) else t
+    d = next(i for i, q in enumerate(p) if q)
+    w = {{"transpose": lambda: t.transpose(0, -1).contiguous(), "slice": lambda: torch.cat([t.narrow(d, 0, 1), t, t.narrow(d, 0, 1)], d)}}.get(VIEW, lambda: t)().to("xla")
+    xs.mark_sharding(w, mesh, p)
+    return {{"transpose": lambda: w.transpose(0, -1), "slice": lambda: w.narrow(d, 1, t.shape[d])}}.get(VIEW, lambda: w)()
+def run(sharded):  # the op's result {leaf}on XLA, its tensor arguments sharded or not
+    a = tree_map(shard if sharded else lambda v: v.to("xla") if isinstance(v, torch.Tensor) else v, A)
+    k = tree_map(lambda v: v.to("xla") if isinstance(v, torch.Tensor) else v, K)
+    out = tree_leaves({call}(*a, **k))[{leaf}]
+    return out.cpu() if isinstance(out, torch.Tensor) else torch.tensor(out)
+show = lambda t: f"{{t.dtype}}{{list(t.shape)}} {{t.flatten()[:6].tolist()}}"
+plain = run(False)
+print("unsharded:", show(plain), flush=True)
+"""
+
+_SHARDED_JUDGE = """\
+try:
+    sharded = run(True)
+except Exception as e:  # noqa: BLE001
+    raise SystemExit(print(f"SHARDED XLA DIFFERS: it raises {{type(e).__name__}}: {{str(e).strip()[:300]}}") or 1) from None
+print("sharded:  ", show(sharded))
+same = (sharded.dtype, sharded.shape) == (plain.dtype, plain.shape) and torch.allclose(sharded.double(), plain.double(), {rtol}, {atol}, equal_nan=True)
+raise SystemExit(print("sharded XLA matches" if same else "SHARDED XLA DIFFERS") or int(not same))
+"""
+
+
+def _sharded_text(group: Any, code: dict[str, Any], call: str | None, saved: str | None) -> str:
+    """A sharded group's repro (--mesh): the witness on XLA under SPMD, unsharded and then with
+    its tensor arguments sharded as the sweep did (tools/ops/mesh.py); exit 1 where the sharded
+    result differs or raises (a partitioner's abort kills it, as it killed the worker)."""
+    witness = group.witness
+    mesh = tuple(witness.get("mesh") or (2, 2))
+    which = f"{'edge' if witness.get('edge') else 'OpInfo'} sample {witness['sample']}"
+    which += f" sharded {group.shard}"
+    head, call = _head(group, which, call, saved)
+    text = _SHARDED_HEAD.format(
+        title=title(group),
+        mesh="x".join(map(str, mesh)),
+        name=_name(group),
+        dtype=witness["dtype"],
+        which=which,
+        devices=math.prod(mesh),
+        shape=mesh,
+        axes=tuple(AXES[: len(mesh)]),
+    )
+    text += "".join(head.splitlines(keepends=True)[len(_HEAD.splitlines()) :])  # lookup, saved
+    text += f"A, K = {code['A']}, {code['K']}  # the sample's arguments\n"
+    ranks = {r: p for r in range(1, 7) if (p := placements(group.shard, r)) and any(p)}
+    view = group.shard.partition("/")[2]
+    leaf = code.get("leaf", 0)
+    text += _SHARDED.format(spec=ranks, view=view, call=call, leaf=leaf)
+    rtol, atol = TOLERANCES.get(witness["dtype"], (1e-4, 1e-4))
+    return text + _SHARDED_JUDGE.format(rtol=max(rtol, 1e-4), atol=max(atol, 1e-4))
+
+
 def title(group: Any) -> str:
     """The one-line title of a group: what a maintainer reads first."""
     variant = f" ({group.variant})" if group.variant else ""
@@ -89,6 +164,11 @@ def title(group: Any) -> str:
             f"{passed}{group.op}{variant} on XLA: a second call with another {arg} returns the "
             "first call's result (compiled graph reused)"
         )
+    if getattr(group, "shard", ""):  # against itself unsharded, not CPU
+        what = {"value": "other values", "nan-inf": "NaN/inf", "error": "raises",
+                "crash": "kills the process", "hang": "hangs"}.get(group.kind, f"another {group.kind}")  # fmt: skip
+        shard = f"{group.shard} on a {'x'.join(map(str, group.witness.get('mesh') or ()))} mesh"
+        return f"{'/'.join(group.dtypes)} {group.op}{variant} on XLA sharded {shard}: {what} than unsharded"
     what = {
         "value": "values far from float64",
         "nan-inf": "NaN/inf where CPU and float64 have none",
@@ -121,6 +201,8 @@ def repro_text(group: Any, code: dict[str, Any], call: str | None, saved: str | 
     witness = group.witness
     if group.kind == "stale-graph":
         return _stale_text(group, code, call, saved)
+    if group.shard:
+        return _sharded_text(group, code, call, saved)
     which = f"{'edge' if witness.get('edge') else 'OpInfo'} sample {witness['sample']}"
     which += ", gradient" if group.grad else ", in-place variant" if group.inplace else ""
     text, call = _head(group, which, call, saved)
@@ -165,8 +247,9 @@ raise SystemExit(print("XLA matches" if same else "XLA DIFFERS: the second call 
 def _head(group: Any, which: str, call: str | None, saved: str | None) -> tuple[str, str]:
     """The repro's first lines (its title and imports, the op looked up in OpInfo's database
     when ``call`` is None, the saved tensors read), and how to name the op."""
-    name = f"{group.op!r}" + (f" variant {group.variant!r}" if group.variant else "")
-    text = _HEAD.format(title=title(group), name=name, dtype=group.witness["dtype"], which=which)
+    text = _HEAD.format(
+        title=title(group), name=_name(group), dtype=group.witness["dtype"], which=which
+    )
     if call is None:
         text += "from torch.testing._internal.common_methods_invocations import op_db\n"
         find = f"o.name == {group.op!r} and o.variant_test_name == {group.variant!r}"
@@ -180,6 +263,10 @@ def _head(group: Any, which: str, call: str | None, saved: str | None) -> tuple[
             f'T = torch.load(__file__.rpartition("/")[0] + "/" * ("/" in __file__) + "{saved}")\n'
         )
     return text, call
+
+
+def _name(group: Any) -> str:
+    return f"{group.op!r}" + (f" variant {group.variant!r}" if group.variant else "")
 
 
 def _stale_text(group: Any, code: dict[str, Any], call: str | None, saved: str | None) -> str:

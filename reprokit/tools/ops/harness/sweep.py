@@ -29,10 +29,12 @@ from reprokit.records.ops import REPROS, Group, OpsSweep, Sample, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
 from reprokit.tools.ops.harness.pool import Asking, Pool, Task
+from reprokit.tools.ops.mesh import specs as sharding_specs
 
 DTYPES = ("float32", "bfloat16", "float16")
 ALL_DTYPES = ("float32", "bfloat16", "float16", "float64", "complex64", "int32", "int64", "bool")
 BACKENDS = ("xla",)  # torchax: not in torch_xla's environment (docs/ops.md)
+SPMD = "xla_spmd"  # --mesh's backend: torch_xla's SPMD mode on the mesh's devices
 SAMPLE_TIMEOUT = 30.0  # seconds one sample may take before its worker is killed: a hang
 OPS = Path(__file__).parents[1]
 # What a task's verdicts depend on besides torch's and torch_xla's releases: the worker's side
@@ -42,6 +44,7 @@ OPS = Path(__file__).parents[1]
 SOURCES = [
     *sorted((OPS / "worker").glob("*.py")),
     OPS / "trigger.py",
+    OPS / "mesh.py",
     OPS.parent.parent / "comparison" / "tensors.py",
 ]
 WITNESS = "ops-witness"  # the cache's folder of the witnesses' large tensors
@@ -83,6 +86,7 @@ class _Asked:
     begun: float
     announce: Callable[[str], None] | None = None
     inplace: bool = False
+    mesh: tuple[int, ...] = ()  # --mesh: every sample sharded on it (worker/sharding.py)
     swept: list[float] = field(default_factory=list)  # when every sample was judged
     cache: bool = True  # the results cache read (it is always written)
     timed: dict[str, float] = field(default_factory=dict)  # seconds of the steps after
@@ -115,6 +119,7 @@ def sweep_ops(
     grad: bool = False,
     edge: bool = False,
     inplace: bool = False,
+    mesh: tuple[int, ...] = (),
     backends: tuple[str, ...] = BACKENDS,
     options: Options | None = None,
     cache: bool = True,
@@ -125,8 +130,9 @@ def sweep_ops(
 ) -> OpsSweep:
     """Sweep the OpInfos ``names`` (all of them when empty) into ``out_dir``: ops.json,
     report.md and a repro per group (``inplace``: each op's in-place variant too, where it has
-    one, on the same samples). Raises :class:`OpsInterrupted` (with what finished) on
-    KeyboardInterrupt, ReprokitError on bad input."""
+    one, on the same samples; ``mesh``: each forward sample under every sharding of mesh.py on
+    that mesh of devices, against itself unsharded). Raises :class:`OpsInterrupted` (with
+    what finished) on KeyboardInterrupt, ReprokitError on bad input."""
     _swept_backends(backends)
     options = options or Options()
     asked = _Asked(
@@ -141,6 +147,7 @@ def sweep_ops(
         time.monotonic(),
         announce,
         inplace=inplace,
+        mesh=tuple(mesh),
         cache=cache,
     )
     asked.out_dir.mkdir(parents=True, exist_ok=True)
@@ -301,7 +308,15 @@ def _tasks(listing: dict[str, Any], asked: _Asked) -> list[Task]:
                     for edge in (False, True) if asked.edge else (False,):
                         task = Task(entry["op"], entry["variant"], dtype, backend, backward, edge)
                         tasks.append(replace(task, inplace=inplace))
-    return tasks
+    return _sharded(tasks, asked.mesh) if asked.mesh else tasks
+
+
+def _sharded(tasks: list[Task], mesh: tuple[int, ...]) -> list[Task]:
+    """--mesh: each forward task once per sharding spec, on SPMD (the gradients and in-place
+    variants under sharding are not swept yet)."""
+    forward = [t for t in tasks if not t.grad and not t.inplace]
+    return [replace(t, backend=SPMD, shard=spec, mesh=mesh)
+            for t in forward for spec in sharding_specs(mesh)]  # fmt: skip
 
 
 def _stamped(task: Task, found: list[dict[str, Any]]) -> list[Sample]:
@@ -364,11 +379,13 @@ def _triggers(asked: _Asked, found: list[Group], records: list[Sample], pool: An
     graph's is its kind: a call with another argument before it."""
     begun = time.monotonic()
     order = {g.id: i for i, g in enumerate(found)}
-    stale_graphs = [g for g in found if g.kind == stale.KIND]
-    found = [g for g in found if g.kind != stale.KIND]
+    # a stale graph's trigger is its kind; a sharded group's new samples would be judged
+    # unsharded (confirm.py's job knows no mesh): neither is confirmed
+    kept = [g for g in found if g.kind == stale.KIND or g.shard]
+    found = [g for g in found if g.kind != stale.KIND and not g.shard]
     if asked.announce and pool is not None and found:
         asked.announce(f"ops: the triggers of {len(found)} groups, checked on new samples")
-    found = stale_graphs + confirm.triggers(found, records, asked.asking(pool))
+    found = kept + confirm.triggers(found, records, asked.asking(pool))
     asked.timed["triggers"] = round(time.monotonic() - begun, 1)
     return sorted(found, key=lambda g: order[g.id])
 
@@ -383,6 +400,7 @@ def _sweep(asked: _Asked, judged: _Judged, found: list[Group], *, interrupted: b
         grad=asked.grad,
         edge=asked.edge,
         inplace=asked.inplace,
+        mesh=asked.mesh,
         seconds=round(time.monotonic() - asked.begun, 1),
         timings=({"samples": round(asked.swept[0] - asked.begun, 1)} if asked.swept else {})
         | asked.timed,
@@ -406,10 +424,10 @@ def _codes(records: list[Sample], found: list[Group]) -> dict[str, dict[str, Any
     for group in found:
         w = group.witness
         wanted = (group.op, group.variant, group.backend, group.kind, group.grad, group.inplace)
-        wanted += (w["dtype"], w["edge"], w["sample"], w.get("arg") or "")
+        wanted += (w["dtype"], w["edge"], w["sample"], w.get("arg") or "", group.shard)
         for r in records:
             seen = (r.op, r.variant, r.backend, r.kind, r.grad, r.inplace)
-            if r.differs and (*seen, r.dtype, r.edge, r.sample, r.arg) == wanted:
+            if r.differs and (*seen, r.dtype, r.edge, r.sample, r.arg, r.shard) == wanted:
                 code = r.pair if group.kind == stale.KIND else r.code
                 by_key[group.id] = dict(code or {}) | {"leaf": r.leaf}
                 break

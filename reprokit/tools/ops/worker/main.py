@@ -44,6 +44,7 @@ import reprokit.tools.ops.worker.judge as judge
 import reprokit.tools.ops.worker.names as op_names
 import reprokit.tools.ops.worker.pairs as pairs
 import reprokit.tools.ops.worker.samples as samples
+import reprokit.tools.ops.worker.sharding as sharding
 from reprokit.records.folder import WORKER_FEED_END, worker_batch
 
 POLL = 0.02  # seconds between looks for the driver's next batch
@@ -214,6 +215,8 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
     judging = _Judging(
         out, _device(job["backend"]), _fallbacks(job["backend"]), witness, int(job["timeout"])
     )
+    if job.get("mesh"):  # the SPMD runtime is up (_device): its devices laid out as asked
+        judging.mesh = sharding.mesh_of(tuple(job["mesh"]))
     for task in _fed(job, out):
         op = by_name[(task["op"], task["variant"])]
         grad, edge, start = task["grad"], task["edge"], task.get("start", 0)
@@ -231,7 +234,8 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
         if stopped is not None:  # its probes, numbered after it, are not made
             skip = {"verdict": "skip", "reason": stopped, "sample": len(seen), "described": {}}
             _emit(out, {"id": task["id"], "record": skip})
-        probes = pairs.probes(op, seen) if not grad and not edge and stopped is None else []
+        plain = not grad and not edge and not task.get("shard")  # probes: stale graphs'
+        probes = pairs.probes(op, seen) if plain and stopped is None else []
         for k, (sample, base, _) in enumerate(probes, start=len(seen)):
             if k in describe:
                 _emit(out, {"id": task["id"], "sample": k, "code": code_of(sample, witness)})
@@ -264,6 +268,7 @@ class _Judging:
     timeout: int
     history: pairs.History = field(default_factory=pairs.History)
     op: tuple[str, str] = ("", "")  # the op the history holds samples of
+    mesh: Any = None  # --mesh: the devices' mesh a task's ``shard`` spec lays arguments on
 
     def sample(
         self, task: dict[str, Any], op: Any, i: int, sample: Any, *, base: int | None = None
@@ -281,10 +286,18 @@ class _Judging:
         if i == _hang(task["op"]):
             threading.Event().wait()  # until the alarm ends the process
         self.fallbacks(clear=True)
-        found = judge.judge(
-            op, sample, dtype, self.device, grad=grad, fallbacks=self.fallbacks, inplace=inplace
-        )
-        if not grad:
+        if task.get("shard"):  # against the same sample unsharded: sharding.py
+            begun = time.monotonic()
+            found = sharding.judge_sharded(
+                op, sample, dtype, task["shard"], self.mesh, fallbacks=self.fallbacks
+            )
+            found["seconds"] = round(time.monotonic() - begun, 4)
+        else:
+            found = judge.judge(
+                op, sample, dtype, self.device, grad=grad, fallbacks=self.fallbacks,
+                inplace=inplace,
+            )  # fmt: skip
+        if not grad and not task.get("shard"):
             found |= self._paired(task, op, i, sample, found)
         signal.alarm(0)
         if base is not None and "stale" not in found:  # a probe is kept only as a pair
@@ -345,10 +358,14 @@ def _hang(op: str) -> int | None:
 
 
 def _device(backend: str) -> str:
-    if backend != "xla":
+    if backend not in ("xla", "xla_spmd"):
         raise SystemExit(f"backend {backend!r} is not available in this worker")
     import torch_xla  # noqa: F401 - registers the device
 
+    if backend == "xla_spmd":  # before any tensor reaches XLA, as torch_xla requires
+        import torch_xla.runtime as xr
+
+        xr.use_spmd()
     # The runtime up before any backward: autograd's engine sizes its per-device queues at its
     # first backward, and one that ran on CPU before XLA had a device fails every XLA backward
     # after it (an INTERNAL ASSERT on device_ready_queues_)
