@@ -13,6 +13,7 @@ import pytest
 
 from reprokit.errors import ReprokitError
 from reprokit.records.ops import read_ops
+from reprokit.tools.ops.harness.sweep import UNSHARDED_DEATH
 from reprokit.tools.ops.mesh import CONTROL, parse, placements, specs
 
 
@@ -53,24 +54,42 @@ def test_a_bad_mesh_is_one_clear_message_and_exit_2(tmp_path):
     assert "--mesh '3x3' is not a mesh" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_each_spec_is_judged_against_the_unsharded_sample(tmp_path):
-    """cumsum's samples (5x5 and smaller: the 2-device split pads) under every spec of a 2x2
-    mesh, the control among them: judged (not skipped) and equal to unsharded."""
-    out = tmp_path / "out"
-    done = reprokit("ops", "cumsum", "--mesh", "2x2", "--dtypes", "float32", "-n", "2",
-                    "-o", str(out), cache=tmp_path / "cache")  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "on xla sharded on a 2x2 mesh (against unsharded)" in done.stdout
-    sweep = read_ops(out)
-    assert sweep.mesh == (2, 2)
-    judged = {r.shard for r in sweep.records if r.verdict == "match"}
-    assert judged == set(specs((2, 2)))  # each spec ran somewhere: the views and padding too
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """scatter_add and roll under every spec of a 2x2 mesh: (ops.json, what the CLI printed).
+    Two bugs make it a test of the sweep's hard parts: scatter_add with both axes on one dim
+    aborts XLA's SPMD partitioner (docs/examples/spmd_scatter_add_both_axes_abort.md), and roll
+    of an empty tensor dies of SIGFPE with or without a mesh (the unsharded control)."""
+    root = tmp_path_factory.mktemp("mesh")
+    done = reprokit("ops", "scatter_add", "roll", "--mesh", "2x2", "--dtypes", "float32",
+                    "-n", "2", "-o", str(root / "out"), cache=root / "cache")  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr  # groups found
+    return read_ops(root / "out"), done.stdout, root / "out"
+
+
+def test_each_spec_is_judged_against_the_unsharded_sample(swept):
+    sweep, said, _ = swept
+    assert sweep.mesh == (2, 2) and "on xla sharded on a 2x2 mesh (against unsharded)" in said
     assert all(r.backend == "xla_spmd" for r in sweep.records)
-    # OpInfo's cumsum samples are 5 (S) along each dim: every split in two is padded
-    assert sum(r.shard == "0@x" and r.verdict == "match" for r in sweep.records) >= 3
-    skipped = {r.reason for r in sweep.records if r.verdict == "skip"}
-    assert skipped <= {"no tensor argument has the dims of 0@x,-1@y",
-                       "no tensor argument has the dims of 0@y,-1@x",
-                       "no sharded argument of rank 2 or more to transpose",
-                       "unsharded XLA raises RuntimeError"} | {
-        f"no tensor argument has the dims of {s}" for s in specs((2, 2))}  # fmt: skip
+    judged = {r.shard for r in sweep.records if r.verdict == "match"}
+    assert judged == set(specs((2, 2)))  # each spec ran: the views and the padded splits too
+
+
+def test_a_partitioner_abort_is_a_crash_group_and_the_sweep_goes_on(swept):
+    sweep, said, out = swept
+    (abort,) = [g for g in sweep.groups if g.op == "scatter_add" and g.shard == "0@xy"]
+    assert abort.kind == "crash" and abort.reproduces_alone
+    assert "spmd_partitioner_util.h" in abort.alone_output and "Check failed" in abort.alone_output
+    repro = (out / abort.repro).read_text()
+    assert "xs.mark_sharding(w, mesh, p)" in repro and "{1: (('x', 'y'),)," in repro
+    assert "scatter_add float32 forward, sharded 0@xy crash" in said
+    later = [r for r in sweep.records if r.op == "scatter_add" and r.shard == "0@xy"]
+    assert any(r.verdict == "skip" for r in later)  # the rest after 3 deaths: not run, said so
+
+
+def test_a_death_of_the_unsharded_run_is_not_shardings(swept):
+    """roll's empty samples die before any sharding (the control dies on them too): skips."""
+    sweep, _, _ = swept
+    assert not [g for g in sweep.groups if g.op == "roll"]
+    died = [r for r in sweep.records if r.op == "roll" and r.reason == UNSHARDED_DEATH]
+    assert died and all(r.shard == CONTROL for r in died)

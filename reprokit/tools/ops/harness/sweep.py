@@ -29,6 +29,7 @@ from reprokit.records.ops import REPROS, Group, OpsSweep, Sample, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
 from reprokit.tools.ops.harness.pool import Asking, Pool, Task
+from reprokit.tools.ops.mesh import CONTROL
 from reprokit.tools.ops.mesh import specs as sharding_specs
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -331,7 +332,7 @@ def _finish(
     """Groups with their triggers (checked on new samples by ``pool``'s workers unless
     interrupted), their repros (run alone unless interrupted), ops.json and report.md."""
     out_dir, witness, listing = asked.out_dir, Store(WITNESS).folder, judged.listing
-    records = _stale_graphs(asked, judged.records, None if interrupted else pool)
+    records = _stale_graphs(asked, _unsharded_deaths(judged.records), None if interrupted else pool)
     judged = replace(judged, records=records)
     found = grouping.build(records)
     found = _triggers(asked, found, records, pool)
@@ -361,6 +362,24 @@ def _finish(
     write_ops(out_dir, sweep)
     write_report(out_dir, sweep)
     return sweep
+
+
+DEATHS = ("crash", "hang")
+UNSHARDED_DEATH = "unsharded XLA dies here too: the plain sweep's finding (reprokit ops, no --mesh)"
+
+
+def _unsharded_deaths(records: list[Sample]) -> list[Sample]:
+    """A sharded sample that killed its worker where its control (replicated, which runs the
+    same unsharded sample first) did too: the unsharded run died, not the sharded one (roll of
+    an empty tensor: SIGFPE with or without a mesh). Those are skips, never sharding's."""
+    died = {_sample_key(r) for r in records if r.shard == CONTROL and r.kind in DEATHS}
+    return [replace(r, verdict="skip", kind="", detail="", reason=UNSHARDED_DEATH)
+            if r.shard and r.kind in DEATHS and _sample_key(r) in died else r
+            for r in records]  # fmt: skip
+
+
+def _sample_key(r: Sample) -> tuple:
+    return (r.op, r.variant, r.dtype, r.edge, r.sample)
 
 
 def _stale_graphs(asked: _Asked, records: list[Sample], pool: Any) -> list[Sample]:
