@@ -44,6 +44,7 @@ class Known:
     grad: bool | None = None  # the gradient (True), the forward (False), either (None)
     detail: tuple[str, ...] = ()  # any of them in the error message
     kwargs: tuple[tuple[str, tuple[str, ...]], ...] = ()  # name -> the values (reprs) it fits
+    sharded: bool = False  # a bug of sharding (SPMD's partitioner): fits --mesh's groups only
     source: str = ""  # "path:line" of the entry
 
     @property
@@ -76,11 +77,14 @@ class Known:
 
     def fits(
         self, *, dtypes: Iterable[str], kind: str, grad: bool | None, detail: str,
-        kwargs: Mapping[str, Any],
+        kwargs: Mapping[str, Any], sharded: bool = False,
     ) -> bool:  # fmt: skip
-        """Whether what was seen meets each of its conditions; a fact not given meets none."""
+        """Whether what was seen meets each of its conditions; a fact not given meets none.
+        A sharded divergence (sharded against unsharded XLA) is never a plain bug's, which
+        shows on both sides, nor a plain one a sharding bug's."""
         return (
-            (not self.dtypes or bool(set(self.dtypes) & set(dtypes)))
+            self.sharded is sharded
+            and (not self.dtypes or bool(set(self.dtypes) & set(dtypes)))
             and (not self.kinds or kind in self.kinds)
             and (self.grad is None or self.grad is grad)
             and (not self.detail or any(d in detail for d in self.detail))
@@ -98,6 +102,7 @@ def match(
     detail: str = "",
     kwargs: Mapping[str, Any] | None = None,
     known: Iterable[Known] | None = None,
+    sharded: bool = False,
 ) -> Known | None:
     """The known bug an op's divergence is, or None: the first entry that fits (the user's
     files first, then reprokit's), those matched by the error message (``detail``) first, then
@@ -105,7 +110,8 @@ def match(
     (``nn.functional.softplus``) or aten's (``softplus``); a fact not given (no dtypes, no
     kind, grad None) fits no entry that asks for it."""
     entries = load() if known is None else tuple(known)
-    seen = {"dtypes": tuple(dtypes), "kind": kind, "grad": grad, "detail": detail}
+    seen = {"dtypes": tuple(dtypes), "kind": kind, "grad": grad, "detail": detail,
+            "sharded": sharded}  # fmt: skip
     fitting = [
         (not entry.detail, rank, i, entry)
         for i, entry in enumerate(entries)
@@ -166,7 +172,7 @@ def _entry(bug: Any, index: int, where: _Where) -> Known:
     if not isinstance(bug, dict):
         where.fail("bug", index, "each bug must be a [[bug]] table")
     for key, value in bug.items():
-        if key not in (*_LISTS, *_TEXTS, "grad", "kwargs"):
+        if key not in (*_LISTS, *_TEXTS, "grad", "kwargs", "sharded"):
             where.fail(key, index, f"unknown field {key!r}")
         elif key in _LISTS and not _strings(value):
             where.fail(key, index, f"{key} must be a list of strings")
@@ -184,6 +190,8 @@ def _entry(bug: Any, index: int, where: _Where) -> Known:
         where.fail("kind", index, f"kind {bad[0]!r} is not one of {', '.join(KINDS)}")
     if not isinstance(bug.get("grad", False), bool):
         where.fail("grad", index, "grad must be true or false (leave it out for either)")
+    if not isinstance(bug.get("sharded", False), bool):
+        where.fail("sharded", index, "sharded must be true or false (leave it out: false)")
     if not bug.get("ops") and not bug.get("detail"):
         where.fail("bug", index, "an entry without ops must give a detail (else it fits anything)")
     return Known(
@@ -192,7 +200,7 @@ def _entry(bug: Any, index: int, where: _Where) -> Known:
         condition=bug.get("condition", ""), ops=tuple(bug.get("ops", ())),
         dtypes=tuple(bug.get("dtypes", ())), kinds=tuple(bug.get("kind", ())),
         grad=bug.get("grad"), detail=tuple(bug.get("detail", ())),
-        kwargs=_kwargs(bug.get("kwargs", {}), index, where),
+        kwargs=_kwargs(bug.get("kwargs", {}), index, where), sharded=bug.get("sharded", False),
         source=f"{where.path}:{where.header(index) or 0}",
     )  # fmt: skip
 

@@ -73,6 +73,17 @@ def test_a_fact_not_given_fits_no_entry_that_asks_for_it():
     assert match("sum", kind="value") is None  # its dim unknown
 
 
+def test_a_sharding_bug_fits_only_a_sharded_divergence_and_a_plain_one_only_the_others():
+    """--mesh judges a sharded result against itself unsharded: a plain bug shows on both."""
+    conv = {"kind": "value"}
+    assert match("nn.functional.conv2d", sharded=True, **conv).report == (
+        "spmd_conv_spatial_partial_replication.md"
+    )
+    assert match("nn.functional.conv2d", **conv) is None  # unsharded: not the SPMD bug
+    assert match("softplus", dtypes=("float16",), kind="nan-inf", grad=False, sharded=True) is None
+    assert match("softplus", dtypes=("float16",), kind="nan-inf", grad=False) is not None
+
+
 def entry(title: str, **fields) -> Known:
     return Known(title, report=f"{title}.md", **fields)
 

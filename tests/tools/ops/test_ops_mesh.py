@@ -79,6 +79,7 @@ def test_a_partitioner_abort_is_a_crash_group_and_the_sweep_goes_on(swept):
     sweep, said, out = swept
     (abort,) = [g for g in sweep.groups if g.op == "scatter_add" and g.shard == "0@xy"]
     assert abort.kind == "crash" and abort.reproduces_alone
+    assert abort.known == "spmd_scatter_int64_index_uneven_abort.md"  # a sharded entry's
     assert "spmd_partitioner_util.h" in abort.alone_output and "Check failed" in abort.alone_output
     repro = (out / abort.repro).read_text()
     assert "xs.mark_sharding(w, mesh, p)" in repro and "{1: (('x', 'y'),)," in repro

@@ -136,6 +136,7 @@ def _known(group: Group, witness: dict[str, Any]) -> str:
             grad=group.grad,
             detail=witness.get("detail") or "",
             kwargs=described.get("kwargs", {}),
+            sharded=bool(group.shard),
         )
         if found:
             return found.report or found.upstream
