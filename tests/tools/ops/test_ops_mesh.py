@@ -83,6 +83,7 @@ def test_a_partitioner_abort_is_a_crash_group_and_the_sweep_goes_on(swept):
     assert "spmd_partitioner_util.h" in abort.alone_output and "Check failed" in abort.alone_output
     repro = (out / abort.repro).read_text()
     assert "xs.mark_sharding(w, mesh, p)" in repro and "{1: (('x', 'y'),)," in repro
+    assert len(repro.splitlines()) <= 30  # what an issue shows unfolded
     assert "scatter_add float32 forward, sharded 0@xy crash" in said
     later = [r for r in sweep.records if r.op == "scatter_add" and r.shard == "0@xy"]
     assert any(r.verdict == "skip" for r in later)  # the rest after 3 deaths: not run, said so

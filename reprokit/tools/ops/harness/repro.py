@@ -86,43 +86,53 @@ _SHARDED_HEAD = """\
 # {title}. reprokit ops --mesh {mesh}: OpInfo {name}, {dtype}, {which}; exit 1: sharded XLA differs from unsharded
 import os
 os.environ.setdefault("PJRT_DEVICE", "CPU"), os.environ.setdefault("CPU_NUM_DEVICES", "{devices}")  # XLA:CPU's virtual devices
-import numpy as np
-import torch
-import torch_xla.distributed.spmd as xs
-import torch_xla.runtime as xr
+import numpy as np, torch
+import torch_xla.distributed.spmd as xs, torch_xla.runtime as xr
 from torch.utils._pytree import tree_leaves, tree_map
 xr.use_spmd()
 mesh = xs.Mesh(np.arange(xr.global_runtime_device_count()), {shape}, {axes})
 """
 
-_SHARDED = """\
-SPEC, VIEW = {spec}, {view!r}  # per tensor rank, how it is sharded; VIEW: reached as a view of a sharded tensor
+_SHARD = """\
+SPEC = {spec}  # per tensor rank, how it is sharded{view_note}
 def shard(t):  # t on XLA, sharded by SPEC
     p = SPEC.get(t.dim()) if isinstance(t, torch.Tensor) and t.numel() > 1 else None
     if p is None:
         return t.to("xla") if isinstance(t, torch.Tensor) else t
-    d = next(i for i, q in enumerate(p) if q)
-    w = {{"transpose": lambda: t.transpose(0, -1).contiguous(), "slice": lambda: torch.cat([t.narrow(d, 0, 1), t, t.narrow(d, 0, 1)], d)}}.get(VIEW, lambda: t)().to("xla")
-    xs.mark_sharding(w, mesh, p)
-    return {{"transpose": lambda: w.transpose(0, -1), "slice": lambda: w.narrow(d, 1, t.shape[d])}}.get(VIEW, lambda: w)()
-def run(sharded):  # the op's result {leaf}on XLA, its tensor arguments sharded or not
-    a = tree_map(shard if sharded else lambda v: v.to("xla") if isinstance(v, torch.Tensor) else v, A)
-    k = tree_map(lambda v: v.to("xla") if isinstance(v, torch.Tensor) else v, K)
-    out = tree_leaves({call}(*a, **k))[{leaf}]
-    return out.cpu() if isinstance(out, torch.Tensor) else torch.tensor(out)
-show = lambda t: f"{{t.dtype}}{{list(t.shape)}} {{t.flatten()[:6].tolist()}}"
-plain = run(False)
-print("unsharded:", show(plain), flush=True)
 """
 
-_SHARDED_JUDGE = """\
+_PLACE = {  # how shard() lays t out: as itself, or as a view of a larger sharded tensor
+    "": """\
+    w = t.to("xla")
+    xs.mark_sharding(w, mesh, p)
+    return w
+""",
+    "slice": """\
+    d = next(i for i, q in enumerate(p) if q)  # the split dim: one element more at each end
+    w = torch.cat([t.narrow(d, 0, 1), t, t.narrow(d, 0, 1)], d).to("xla")
+    xs.mark_sharding(w, mesh, p)
+    return w.narrow(d, 1, t.shape[d])
+""",
+    "transpose": """\
+    w = t.transpose(0, -1).contiguous().to("xla")
+    xs.mark_sharding(w, mesh, p)
+    return w.transpose(0, -1)
+""",
+}
+
+_SHARDED_RUN = """\
+def run(sharded):  # the op's result {note}on XLA, its tensor arguments sharded or not
+    to = lambda v: v.to("xla") if isinstance(v, torch.Tensor) else v
+    out = tree_leaves({call}(*tree_map(shard if sharded else to, A), **tree_map(to, K)))[{leaf}]
+    return out.cpu() if isinstance(out, torch.Tensor) else torch.tensor(out)
+show = lambda t: f"{{t.dtype}}{{list(t.shape)}} {{t.flatten()[:6].tolist()}}"
+print("unsharded:", show(plain := run(False)), flush=True)
 try:
     sharded = run(True)
 except Exception as e:  # noqa: BLE001
     raise SystemExit(print(f"SHARDED XLA DIFFERS: it raises {{type(e).__name__}}: {{str(e).strip()[:300]}}") or 1) from None
-print("sharded:  ", show(sharded))
 same = (sharded.dtype, sharded.shape) == (plain.dtype, plain.shape) and torch.allclose(sharded.double(), plain.double(), {rtol}, {atol}, equal_nan=True)
-raise SystemExit(print("sharded XLA matches" if same else "SHARDED XLA DIFFERS") or int(not same))
+raise SystemExit(print(f"sharded:   {{show(sharded)}}\\n" + ("sharded XLA matches" if same else "SHARDED XLA DIFFERS")) or int(not same))
 """
 
 
@@ -149,10 +159,17 @@ def _sharded_text(group: Any, code: dict[str, Any], call: str | None, saved: str
     text += f"A, K = {code['A']}, {code['K']}  # the sample's arguments\n"
     ranks = {r: p for r in range(1, 7) if (p := placements(group.shard, r)) and any(p)}
     view = group.shard.partition("/")[2]
-    leaf = code.get("leaf", 0)
-    text += _SHARDED.format(spec=ranks, view=view, call=call, leaf=leaf)
+    note = f"; each reaches the op as a {view} of a sharded tensor" if view else ""
+    text += _SHARD.format(spec=ranks, view_note=note) + _PLACE[view]
     rtol, atol = TOLERANCES.get(witness["dtype"], (1e-4, 1e-4))
-    return text + _SHARDED_JUDGE.format(rtol=max(rtol, 1e-4), atol=max(atol, 1e-4))
+    leaf = code.get("leaf", 0)
+    return text + _SHARDED_RUN.format(
+        call=call,
+        leaf=leaf,
+        note=f"{leaf} " if leaf else "",
+        rtol=max(rtol, 1e-4),
+        atol=max(atol, 1e-4),
+    )
 
 
 def title(group: Any) -> str:
