@@ -17,6 +17,21 @@ DATA = Path(__file__).parent / "data"
 TEST_TEMPLATES = DATA / "templates"
 
 
+SLOW = "REPROKIT_SLOW"  # set: the tests marked slow run too (docs/development.md)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests marked slow (minutes each: whole minimizations, release environments, Ray
+    sweeps, hundreds of variants) skip unless REPROKIT_SLOW is set: CI runs the rest in its 40
+    minutes, and docs/development.md says after which changes to run them."""
+    if os.environ.get(SLOW):
+        return
+    skip = pytest.mark.skip(reason=f"slow: set {SLOW}=1 to run it (docs/development.md)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def results_cache(tmp_path_factory, monkeypatch):
     """Each test its own results cache: a stage a test expects to run is never one another

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from standalone import run_alone
 
 from reprokit.tools.capture import command
@@ -34,6 +35,7 @@ def test_a_fault_after_an_in_place_write_is_named_at_the_fault(cli, tmp_path):
     assert roots_of(out)[0]["reaches"] == ["output.0"]  # through the fill into x + mask
 
 
+@pytest.mark.slow
 def test_the_root_reaching_the_gradients_heads_the_report_and_is_minimized(
     cli, tmp_path, monkeypatch
 ):
@@ -72,6 +74,7 @@ def test_the_root_reaching_the_gradients_heads_the_report_and_is_minimized(
     assert "direction=GE" in hlo and "direction=LE" in hlo and "select(" in hlo
 
 
+@pytest.mark.slow
 def test_each_root_reaching_an_output_gets_its_own_short_repro(cli, tmp_path):
     """The bool cumsum and the bilinear resize are two bugs: two repros, each alone exit 1;
     --root picks the second by its op."""

@@ -86,6 +86,7 @@ def variant(ran, name: str) -> VariantResult:
     return next(v for v in read_summary(ran[0]).variants if v.case == name)
 
 
+@pytest.mark.slow
 def test_recording_every_operation_changes_a_float16_moment_layer_norm(ran):
     found = variant(ran, "moment_layer_norm")
     assert found.fusion_sensitive is True
@@ -99,12 +100,14 @@ def test_recording_every_operation_changes_a_float16_moment_layer_norm(ran):
     assert "sensitive to fusion" in report and "alone is enough to change them" in report
 
 
+@pytest.mark.slow
 def test_a_plain_program_is_not_fusion_sensitive(ran):
     found = variant(ran, "row_sum_bf16")
     assert found.fusion_sensitive is False
     assert [c.mismatched for c in found.fusion] == [0]
 
 
+@pytest.mark.slow
 def test_the_faulty_operation_alone_has_an_error_of_its_own(ran):
     found = variant(ran, "mlp_fault")
     assert found.own_divergence == {"xla": "node.0001.relu"}
@@ -116,6 +119,7 @@ def test_the_faulty_operation_alone_has_an_error_of_its_own(ran):
     assert "`node.0001.relu` is the first whose own error" in (ran[0] / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_bfloat16_only_mismatch_goes_away_in_float32(ran):
     found = variant(ran, "row_sum_bf16")
     assert (found.outcome, found.triage, found.expected_triage) == (
@@ -128,6 +132,7 @@ def test_a_bfloat16_only_mismatch_goes_away_in_float32(ran):
     assert "row_sum_bf16  triage: the mismatch goes away in float32" in ran[1].stdout
 
 
+@pytest.mark.slow
 def test_an_injected_fault_persists_as_its_case_expects(ran):
     found = variant(ran, "mlp_fault")
     assert (found.triage, found.expected_triage, found.passed) == ("persists", "persists", True)

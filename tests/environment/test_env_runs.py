@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import TEST_TEMPLATES
 
 from reprokit.environment.releases import release_env
@@ -23,6 +24,7 @@ def env_flag(release: str) -> str:
     return f"{release}={' '.join(release_env(release).requirements)}"
 
 
+@pytest.mark.slow
 def test_a_case_runs_in_each_environment_with_the_versions_it_imported(shared_cache, cli, tmp_path):
     run = tmp_path / "run"
     result = cli("run", CASE, "--env", env_flag("2.8"), "--env", env_flag("2.9"), "-o", run)
@@ -75,6 +77,7 @@ def test_a_bad_environment_is_refused_before_anything_runs(cli, write_case, tmp_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_bisect_names_the_release_where_the_outcome_changed(shared_cache, cli, tmp_path):
     out = tmp_path / "bisect"
     result = cli("bisect", CASE, "--releases", "2.5,2.8,2.9", "-o", out)

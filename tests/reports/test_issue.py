@@ -95,6 +95,7 @@ def test_nan_inf_and_minus_inf_results_give_every_format_and_values(cli, capture
     assert plt.get_fignums() == []  # no figure left open in the process
 
 
+@pytest.mark.slow
 def test_independent_divergences_are_each_an_issue_with_its_repro(cli, captured, tmp_path):
     text = run_and_report(cli, captured["bookkeeper"], tmp_path / "run")
     assert text.startswith("# `cumsum` on XLA returns bool [2, 16] where CPU returns int64")
@@ -109,6 +110,7 @@ def test_independent_divergences_are_each_an_issue_with_its_repro(cli, captured,
     assert alone.returncode == 1, alone.stdout + alone.stderr
 
 
+@pytest.mark.slow
 def test_a_minimize_folder_pastes_its_short_repro_and_what_it_printed(cli, captured, tmp_path):
     out = tmp_path / "min"
     result = cli("minimize", captured["nonfinite"], "-o", out, "-n", "2", "--budget", "20")
@@ -128,6 +130,7 @@ def test_a_minimize_folder_pastes_its_short_repro_and_what_it_printed(cli, captu
     assert alone.returncode == 1, alone.stdout + alone.stderr
 
 
+@pytest.mark.slow
 def test_a_training_step_names_the_root_and_the_gradients_it_reaches(cli, tmp_path):
     result = cli("capture", f"{MODELS}:softplus_step", "--train", "-o", tmp_path / "captured")
     assert result.exit_code == 0, result.output

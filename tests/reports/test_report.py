@@ -153,6 +153,7 @@ def test_report_of_a_folder_without_summary_is_exit_2(cli, tmp_path):
     assert "summary.json is not readable" in result.stderr
 
 
+@pytest.mark.slow
 def test_500_failing_variants_fit_github_limits(tmp_path):
     run_dir = tmp_path / "big"
     run_dir.mkdir()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import TEST_TEMPLATES
 
 from reprokit.records import Outcome, RunSummary, VariantResult
@@ -137,6 +138,7 @@ def test_the_rerun_command_quotes_values_and_leaves_the_cases_and_secrets_out():
 MODELS = Path(__file__).parents[1] / "data" / "variables" / "models.py"
 
 
+@pytest.mark.slow
 def test_a_case_that_fails_only_under_an_exported_variable_minimizes_to_a_repro_that_does_too(
     cli, tmp_path, monkeypatch
 ):

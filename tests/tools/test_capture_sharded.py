@@ -14,7 +14,9 @@ from reprokit.tools.capture import command
 MODELS = Path(__file__).parents[1] / "data" / "capture" / "models.py"
 
 
-@pytest.mark.parametrize(("shard", "weights"), [("model", 3), ("fsdp", 10)])
+@pytest.mark.parametrize(
+    ("shard", "weights"), [pytest.param("model", 3, marks=pytest.mark.slow), ("fsdp", 10)]
+)
 def test_a_sharded_model_is_judged_on_the_mesh_its_strategy_lays_out(cli, tmp_path, shard, weights):
     """SmallCNN: model shards its 2 conv kernels and the linear weight (dims >= 2) on the model
     axis; fsdp every floating parameter and buffer: with the biases and BatchNorm's 4 vectors."""

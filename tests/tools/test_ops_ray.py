@@ -68,6 +68,7 @@ def verdicts(sweep: OpsSweep) -> set[tuple]:
     return {(r.op, r.dtype, r.sample, r.verdict, r.kind, r.reason) for r in sweep.records}
 
 
+@pytest.mark.slow
 def test_the_ray_sweep_gives_the_local_groups(both):
     (local, _), (ray, said) = both["local"], both["ray"]
     assert [g.id for g in ray.groups] == [g.id for g in local.groups]
@@ -80,6 +81,7 @@ def test_the_ray_sweep_gives_the_local_groups(both):
     assert (ray.tasks, ray.cached) == (local.tasks, 0)  # every task judged on Ray
 
 
+@pytest.mark.slow
 def test_a_sample_that_kills_its_ray_worker_is_a_crash_and_the_sweep_goes_on(both):
     ray, said = both["ray"]
     (crash,) = [g for g in ray.groups if g.op == "roll"]
@@ -106,6 +108,7 @@ def actors() -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_ray_actor_killed_mid_sample_loses_only_its_tasks(tmp_path):
     """The actor dies (SIGKILL) while its worker is held in add's sample 1: add and neg run
     again in a new actor from their start, and the sweep ends as it would have: add's sample
@@ -192,6 +195,7 @@ def test_the_op_by_release_table_names_where_a_divergence_began(tmp_path):
     assert page.count("<tr>") == 3 and "href='2.9/repro_silu_value.py'" in page
 
 
+@pytest.mark.slow
 def test_the_sweep_on_2_8_and_2_9_is_one_op_by_release_table(shared_cache, tmp_path):
     """Real releases (2.8 a uv environment with expecttest added, 2.9 this one): each
     release's sweep in its folder with its own versions, merged into ops_releases.json, whose

@@ -264,6 +264,7 @@ def test_equal_programs_under_two_hashes_are_torch_xlas():
     assert found[2].line == "t.py:4" and "constant(2)` → `f32[] constant(3)" in found[2].what
 
 
+@pytest.mark.slow
 def test_a_repro_is_the_fewest_lines_that_still_compile_again(cli, tmp_path, monkeypatch):
     noise = "print('loading')\nunused = torch.ones(3) * 2\n"
     loop = "for step in range(4):\n    x = torch.randn(4 if step % 2 else 5, 16).to(device)\n" \

@@ -88,6 +88,7 @@ def test_elu_gradient_first_differs_at_its_backward_op(elu_run):
     assert "`grad.fc1.weight`" in body.split("## To Reproduce")[0]  # the gradients it reaches
 
 
+@pytest.mark.slow
 def test_minimize_shrinks_the_elu_step_to_its_backward_op(cli, captured, tmp_path, monkeypatch):
     """`reprokit minimize` on a training capture: the joint graph truncated at the first
     diverging op and shrunk to the ELU backward alone, whose short repro still diverges."""

@@ -63,6 +63,7 @@ def test_injected_divergence_shrinks_to_the_injected_layer(cli, tmp_path):
     assert minimal_params(tmp_path / "m2") == minimal_params(tmp_path / "m")
 
 
+@pytest.mark.slow
 def test_crash_shrinks_and_still_crashes(cli, tmp_path):
     report, _ = minimize(cli, tmp_path / "m", "crashes.toml", "-n", "2")
     assert report["target"] == "crash (target)"

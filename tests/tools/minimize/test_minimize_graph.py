@@ -50,6 +50,7 @@ def ops_in(script: Path) -> list[str]:
             if " = torch.ops." in line]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_perturbed_node_deep_in_a_stack_shrinks_to_a_few_operations(cli, tmp_path):
     case = capture(tmp_path, "encoder")
     # the second layer's feed-forward output projection: operation 66 of 70
@@ -84,6 +85,7 @@ def test_perturbed_node_deep_in_a_stack_shrinks_to_a_few_operations(cli, tmp_pat
     assert "```python\n" in body and "XLA DIFFERS" in body  # pasted, with what it printed
 
 
+@pytest.mark.slow
 def test_an_operation_xla_cannot_run_shrinks_and_still_raises(cli, tmp_path):
     case = capture(tmp_path, "fake_quant")
     report = minimize(cli, tmp_path / "m", case, "--budget", "25")
@@ -111,6 +113,7 @@ def test_budget_stops_with_the_best_so_far(cli, tmp_path):
         assert (tmp_path / "m" / name).is_file()
 
 
+@pytest.mark.slow
 def test_fp16_layer_norm_nothing_removed_a_short_repro_that_reproduces_alone(cli, tmp_path):
     """pytorch/xla#3658 (fp16 LayerNorm: XLA's error against float64 ~100x CPU's on XLA:CPU,
     torch_xla 2.9): one operation, so nothing can be removed, and the output says so; the
