@@ -52,6 +52,7 @@ def variant(run: Path, dtype: str):
     return next(v for v in read_summary(run).variants if v.label.startswith(f"mlp_norm[{dtype}"))
 
 
+@pytest.mark.slow
 def test_the_torchax_stage_ran_in_its_own_environment_and_matches_in_float32(torchax_run):
     found = variant(torchax_run, "float32")
     stage = next(s for s in found.stages if s.name == "torchax")
@@ -69,6 +70,7 @@ def test_the_torchax_stage_ran_in_its_own_environment_and_matches_in_float32(tor
     assert found.outcome is Outcome.MATCH
 
 
+@pytest.mark.slow
 def test_the_bfloat16_difference_is_found_at_layer_norm_and_judged_by_float64(torchax_run):
     found = variant(torchax_run, "bfloat16")
     compared = [c for c in found.comparisons if c.target == "torchax"]
@@ -81,12 +83,14 @@ def test_the_bfloat16_difference_is_found_at_layer_norm_and_judged_by_float64(to
     assert found.outcome is Outcome.MATCH
 
 
+@pytest.mark.slow
 def test_the_report_names_torchax_jax_and_jaxlib(torchax_run):
     report = (torchax_run / "report.md").read_text()
     assert "torchax 0.0.13 on jax " in report and "(jaxlib " in report
     assert "torchax vs cpu" in report
 
 
+@pytest.mark.slow
 def test_torch_xla_keeps_its_own_torchax(torchax_run):
     """The main environment's torchax is torch_xla's copy, byte for byte as it installed it."""
     code = (
