@@ -87,13 +87,11 @@ def ops_(
     Exit 0: no divergence; 1: some (each a group); 2: bad input; 130: interrupted (what
     finished is kept)."""
     if not names and not every:
-        raise ReprokitError(
-            "name OpInfos or give --all", hint="reprokit ops mean nn.functional.softplus"
-        )
+        hint = "reprokit ops mean nn.functional.softplus"
+        raise ReprokitError("name OpInfos or give --all", hint=hint)
     folder = output or default_run_dir()
-    options = build_options(
-        {"executor": executor, "ray_address": ray_address, "cold": cold}, jobs=jobs(n)
-    )
+    how = {"executor": executor, "ray_address": ray_address, "cold": cold}
+    options = build_options(how, jobs=jobs(n))
     envs = _environments(env, releases)
     how = {
         "dtypes": _dtypes(dtypes),

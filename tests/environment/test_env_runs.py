@@ -46,6 +46,7 @@ def test_a_case_runs_in_each_environment_with_the_versions_it_imported(shared_ca
     assert "<h2>Environments</h2>" in page and f"<th>{CASE}</th><td>match</td>" in page
 
 
+@pytest.mark.slow
 def test_a_case_file_names_its_environments(shared_cache, cli, write_case, tmp_path):
     case = write_case(f"""
         [case]
@@ -95,6 +96,7 @@ def test_bisect_names_the_release_where_the_outcome_changed(shared_cache, cli, t
     assert f"reprokit run {CASE} --env '2.5=torch==2.5.0 torch_xla==2.5.0'" in report
 
 
+@pytest.mark.slow
 def test_bisect_with_the_same_outcome_at_both_ends_says_so(shared_cache, cli, tmp_path):
     result = cli("bisect", CASE, "--releases", "2.8..2.9", "-o", tmp_path / "b")
     assert result.exit_code == 1, result.output

@@ -40,6 +40,7 @@ def swept(tmp_path_factory):
     return run_dir, done
 
 
+@pytest.mark.slow
 def test_every_model_in_every_dtype_is_one_variant_of_one_run(swept):
     run_dir, done = swept
     assert done.exit_code == 1, done.output  # mismatches, and a refused model
@@ -54,6 +55,7 @@ def test_every_model_in_every_dtype_is_one_variant_of_one_run(swept):
     assert "defines no function 'not_there'" in sweep["models"][3]["refused"]
 
 
+@pytest.mark.slow
 def test_one_table_in_the_console_and_both_reports_with_each_models_report_linked(swept):
     run_dir, done = swept
     assert "Sweep: 4 models x 2 dtypes" in done.output
@@ -72,6 +74,7 @@ def test_one_table_in_the_console_and_both_reports_with_each_models_report_linke
     assert (run_dir / "models" / "mlp" / "report.html").is_file()
 
 
+@pytest.mark.slow
 def test_minimize_gives_one_finding_whose_witnesses_are_both_models(swept):
     run_dir, done = swept
     (finding,) = json.loads((run_dir / "sweep.json").read_text())["findings"]

@@ -137,20 +137,10 @@ def sweep_ops(
     _swept_backends(backends)
     options = options or Options()
     asked = _Asked(
-        Path(out_dir),
-        tuple(dtypes),
-        tuple(backends),
-        grad,
-        edge,
-        options,
-        _versions(options.python),
-        list(argv or []),
-        time.monotonic(),
-        announce,
-        inplace=inplace,
-        mesh=tuple(mesh),
-        cache=cache,
-    )
+        Path(out_dir), tuple(dtypes), tuple(backends), grad, edge, options,
+        _versions(options.python), list(argv or []), time.monotonic(), announce,
+        inplace=inplace, mesh=tuple(mesh), cache=cache,
+    )  # fmt: skip
     asked.out_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     scratch = asked.out_dir / ".workers"
