@@ -90,8 +90,8 @@ def ops_(
         hint = "reprokit ops mean nn.functional.softplus"
         raise ReprokitError("name OpInfos or give --all", hint=hint)
     folder = output or default_run_dir()
-    how = {"executor": executor, "ray_address": ray_address, "cold": cold}
-    options = build_options(how, jobs=jobs(n))
+    where = {"executor": executor, "ray_address": ray_address, "cold": cold}
+    options = build_options(where, jobs=jobs(n))
     envs = _environments(env, releases)
     how = {
         "dtypes": _dtypes(dtypes),
