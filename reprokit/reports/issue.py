@@ -236,7 +236,7 @@ def _cpu_off(c: Comparison) -> str:
     for w in c.worst if floating(c) else ():
         if w.fp64 is None or not math.isfinite(w.fp64):
             continue
-        if not math.isfinite(w.reference) or abs(w.reference - w.fp64) > 1e-2 * max(1, abs(w.fp64)):
+        if not near(w.reference, w.fp64):
             dtype = reference_dtype(c) or c.dtype
             return (f"CPU gives {value(w.reference, dtype)} where float64 gives "
                     f"{value(w.fp64, 'float64')} at `{list(w.index)}`")  # fmt: skip

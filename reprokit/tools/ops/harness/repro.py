@@ -144,7 +144,7 @@ def _sharded_text(group: Any, code: dict[str, Any], call: str | None, saved: str
     mesh = tuple(witness.get("mesh") or (2, 2))
     which = f"{'edge' if witness.get('edge') else 'OpInfo'} sample {witness['sample']}"
     which += f" sharded {group.shard}"
-    head, call = _head(group, which, call, saved)
+    found, call = _lookup(group, call, saved)
     text = _SHARDED_HEAD.format(
         title=title(group),
         mesh="x".join(map(str, mesh)),
@@ -155,7 +155,7 @@ def _sharded_text(group: Any, code: dict[str, Any], call: str | None, saved: str
         shape=mesh,
         axes=tuple(AXES[: len(mesh)]),
     )
-    text += "".join(head.splitlines(keepends=True)[len(_HEAD.splitlines()) :])  # lookup, saved
+    text += found
     text += f"A, K = {code['A']}, {code['K']}  # the sample's arguments\n"
     ranks = {r: p for r in range(1, 7) if (p := placements(group.shard, r)) and any(p)}
     view = group.shard.partition("/")[2]
@@ -262,11 +262,19 @@ raise SystemExit(print("XLA matches" if same else "XLA DIFFERS: the second call 
 
 
 def _head(group: Any, which: str, call: str | None, saved: str | None) -> tuple[str, str]:
-    """The repro's first lines (its title and imports, the op looked up in OpInfo's database
-    when ``call`` is None, the saved tensors read), and how to name the op."""
+    """The repro's first lines (its title and imports, then :func:`_lookup`'s), and how to
+    name the op."""
     text = _HEAD.format(
         title=title(group), name=_name(group), dtype=group.witness["dtype"], which=which
     )
+    found, call = _lookup(group, call, saved)
+    return text + found, call
+
+
+def _lookup(group: Any, call: str | None, saved: str | None) -> tuple[str, str]:
+    """The lines that follow a repro's imports: the op looked up in OpInfo's database when
+    ``call`` is None, the saved tensors read; and how to name the op."""
+    text = ""
     if call is None:
         text += "from torch.testing._internal.common_methods_invocations import op_db\n"
         find = f"o.name == {group.op!r} and o.variant_test_name == {group.variant!r}"

@@ -287,11 +287,9 @@ class _Judging:
             threading.Event().wait()  # until the alarm ends the process
         self.fallbacks(clear=True)
         if task.get("shard"):  # against the same sample unsharded: sharding.py
-            begun = time.monotonic()
             found = sharding.judge_sharded(
                 op, sample, dtype, task["shard"], self.mesh, fallbacks=self.fallbacks
             )
-            found["seconds"] = round(time.monotonic() - begun, 4)
         else:
             found = judge.judge(
                 op, sample, dtype, self.device, grad=grad, fallbacks=self.fallbacks,

@@ -8,6 +8,7 @@ The specs: reprokit/tools/ops/mesh.py.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import torch
@@ -30,11 +31,14 @@ def judge_sharded(
 ) -> dict[str, Any]:
     """The verdict of one sample under ``spec``: ``match`` (the same as unsharded XLA, or
     within float64's rounding rule of it: sums reassociated across shards are precision, not a
-    bug), ``differs`` (its kind and detail, in sharded and unsharded words) or ``skip``."""
+    bug), ``differs`` (its kind and detail, in sharded and unsharded words) or ``skip``; with
+    its seconds, as judge.judge's."""
+    begun = time.monotonic()
     try:
-        return _judged(op, sample, dtype, spec, mesh, fallbacks)
+        found = _judged(op, sample, dtype, spec, mesh, fallbacks)
     except judge.Skip as why:
-        return {"verdict": "skip", "reason": str(why)}
+        found = {"verdict": "skip", "reason": str(why)}
+    return found | {"seconds": round(time.monotonic() - begun, 4)}
 
 
 def _judged(op: Any, sample: Any, dtype: torch.dtype, spec: str, mesh: Any, fallbacks: Any):
