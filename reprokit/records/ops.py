@@ -156,22 +156,26 @@ class Group:
     # and its reduction by mean (float16's sum overflowing) makes the difference; "" none
     cause: str = ""
     form: str = ""  # the call form its samples used: one of FORMS, "" for OpInfo's own call
-    shard: str = ""  # --mesh: the sharding its samples differ under, against unsharded XLA
+    shard: str = ""  # --mesh: the sharding its witness differs under, against unsharded XLA
+    shards: tuple[str, ...] = ()  # --mesh: every sharding its samples differ under
+    spared: tuple[str, ...] = ()  # --mesh: the shardings its op's samples all match under
 
     @property
     def passed(self) -> str:
         """Which pass: forward, backward or in-place, and the call form where there is one
         ("forward, operator, number": ``x >> 2``)."""
         passed = "in-place" if self.inplace else "backward" if self.grad else "forward"
-        passed += f", sharded {self.shard}" if self.shard else ""
+        if self.shard:
+            spared = f" (not {', '.join(self.spared)})" if self.spared else ""
+            passed += f", sharded {'; '.join(self.shards or (self.shard,))}{spared}"
         return f"{passed}, {self.form}" if self.form else passed
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"dtypes": list(self.dtypes)}
+        return asdict(self) | {k: list(getattr(self, k)) for k in ("dtypes", "shards", "spared")}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Group:
-        return from_json(cls, data, dtypes=tuple)
+        return from_json(cls, data, dtypes=tuple, shards=tuple, spared=tuple)
 
 
 @dataclass(frozen=True)

@@ -56,13 +56,15 @@ def test_a_bad_mesh_is_one_clear_message_and_exit_2(tmp_path):
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    """scatter_add and roll under every spec of a 2x2 mesh: (ops.json, what the CLI printed).
-    Two bugs make it a test of the sweep's hard parts: scatter_add with both axes on one dim
-    aborts XLA's SPMD partitioner (docs/examples/spmd_scatter_add_both_axes_abort.md), and roll
-    of an empty tensor dies of SIGFPE with or without a mesh (the unsharded control)."""
+    """scatter_add, roll and as_strided under every spec of a 2x2 mesh: (ops.json, what the CLI
+    printed). Three bugs make it a test of the sweep's hard parts: scatter_add with both axes
+    on one dim aborts XLA's SPMD partitioner (spmd_scatter_int64_index_uneven_abort.md), roll
+    of an empty tensor dies of SIGFPE with or without a mesh (the unsharded control), and
+    as_strided of a slice reads the wrong storage on XLA, sharded or not (the view's control)."""
     root = tmp_path_factory.mktemp("mesh")
-    done = reprokit("ops", "scatter_add", "roll", "--mesh", "2x2", "--dtypes", "float32",
-                    "-n", "2", "-o", str(root / "out"), cache=root / "cache")  # fmt: skip
+    ops = ("scatter_add", "roll", "as_strided")
+    done = reprokit("ops", *ops, "--mesh", "2x2", "--dtypes", "float32", "-n", "2",
+                    "-o", str(root / "out"), cache=root / "cache")  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr  # groups found
     return read_ops(root / "out"), done.stdout, root / "out"
 
@@ -77,14 +79,16 @@ def test_each_spec_is_judged_against_the_unsharded_sample(swept):
 
 def test_a_partitioner_abort_is_a_crash_group_and_the_sweep_goes_on(swept):
     sweep, said, out = swept
-    (abort,) = [g for g in sweep.groups if g.op == "scatter_add" and g.shard == "0@xy"]
-    assert abort.kind == "crash" and abort.reproduces_alone
+    (abort,) = [g for g in sweep.groups if g.op == "scatter_add" and g.kind == "crash"]
+    assert "0@xy" in abort.shards and abort.reproduces_alone
     assert abort.known == "spmd_scatter_int64_index_uneven_abort.md"  # a sharded entry's
     assert "spmd_partitioner_util.h" in abort.alone_output and "Check failed" in abort.alone_output
     repro = (out / abort.repro).read_text()
-    assert "xs.mark_sharding(w, mesh, p)" in repro and "{1: (('x', 'y'),)," in repro
+    assert (
+        "xs.mark_sharding(w, mesh, p)" in repro and f"{{1: {placements(abort.shard, 1)}," in repro
+    )
     assert len(repro.splitlines()) <= 30  # what an issue shows unfolded
-    assert "scatter_add float32 forward, sharded 0@xy crash" in said
+    assert "scatter_add float32 forward, sharded " in said and "0@xy" in said
     later = [r for r in sweep.records if r.op == "scatter_add" and r.shard == "0@xy"]
     assert any(r.verdict == "skip" for r in later)  # the rest after 3 deaths: not run, said so
 
@@ -95,3 +99,24 @@ def test_a_death_of_the_unsharded_run_is_not_shardings(swept):
     assert not [g for g in sweep.groups if g.op == "roll"]
     died = [r for r in sweep.records if r.op == "roll" and r.reason == UNSHARDED_DEATH]
     assert died and all(r.shard == CONTROL for r in died)
+
+
+def test_one_group_per_op_and_kind_names_the_shardings_it_needs(swept):
+    """A bug shows under several specs: one group, every spec it differs under, and the specs
+    under which the op's samples all match (what the sharding is not enough for)."""
+    sweep, _, _ = swept
+    keys = [(g.op, g.variant, g.kind) for g in sweep.groups]
+    assert len(keys) == len(set(keys))
+    (abort,) = [g for g in sweep.groups if g.op == "scatter_add" and g.kind == "crash"]
+    assert abort.shard in abort.shards and "0@x" in abort.spared and CONTROL not in abort.spared
+    assert not set(abort.shards) & set(abort.spared)
+    assert abort.id == "scatter_add_crash_xla_spmd"  # no spec in it: one group for all
+
+
+def test_a_view_is_judged_against_the_same_view_unsharded(swept):
+    """as_strided of a slice reads the slice's base storage on XLA whether sharded or not: the
+    0@x/slice control takes the same slice, so the view's own doing is no sharding group."""
+    sweep, _, _ = swept
+    assert not [g for g in sweep.groups if g.op == "as_strided"]
+    sliced = [r for r in sweep.records if r.op == "as_strided" and r.shard == "0@x/slice"]
+    assert sliced and any(r.verdict == "match" for r in sliced)

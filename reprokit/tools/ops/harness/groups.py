@@ -22,6 +22,8 @@ from reprokit.records.ops import Group, Sample, repro_name
 from reprokit.runner.options import Options
 from reprokit.runner.processes.alone import run_alone
 from reprokit.runner.processes.warm import WarmExecutor
+from reprokit.tools.ops.mesh import CONTROL
+from reprokit.tools.ops.mesh import specs as sharding_specs
 
 DTYPE_ORDER = (
     "float32",
@@ -46,17 +48,19 @@ def build(records: list[Sample]) -> list[Group]:
     keyed: dict[tuple, list[Sample]] = {}
     for r in records:
         if r.differs:
-            key = (r.op, r.variant, r.backend, r.kind, r.grad, r.inplace, r.arg, r.cause, r.form,
-                   r.shard)  # fmt: skip
+            key = (r.op, r.variant, r.backend, r.kind, r.grad, r.inplace, r.arg, r.cause, r.form)
             keyed.setdefault(key, []).append(r)
     groups = []  # arg: a stale graph's arguments (one group each); cause: the op that makes it;
     # form: the call form (``x >> 2`` is its own group beside ``torch.bitwise_right_shift``);
-    # shard: the sharding it differs under (--mesh), each its own group
+    # --mesh: one group for every spec it differs under, the specs it does not named too
+    agreeing = _agreeing(records)
     for key, found in sorted(keyed.items()):
-        op, variant, backend, kind, grad, inplace, arg, cause, form, shard = key
+        op, variant, backend, kind, grad, inplace, arg, cause, form = key
         witness = min(found, key=_smallest)
         dtypes = sorted({r.dtype for r in found}, key=_dtype_rank)
-        slug = _slug(op, variant, kind, grad, backend, arg, cause, form, shard)
+        ranked = partial(_spec_rank, witness)
+        shards = tuple(sorted({r.shard for r in found if r.shard}, key=ranked))
+        slug = _slug(op, variant, kind, grad, backend, arg, cause, form)
         group = Group(
             id=slug + ("_inplace" if inplace else ""),
             op=op,
@@ -71,7 +75,9 @@ def build(records: list[Sample]) -> list[Group]:
             inplace=inplace,
             cause=cause,
             form=form,
-            shard=shard,
+            shard=witness.shard,
+            shards=shards,
+            spared=tuple(x for x in agreeing.get((op, variant), ()) if x not in shards),
         )
         groups.append(replace(group, known=_known(group, group.witness)))
     return groups
@@ -89,7 +95,27 @@ def _witness(r: Sample) -> dict[str, Any]:
 
 def _smallest(r: Sample) -> tuple:
     numel = r.described.get("numel", 0)
-    return ("A" not in (r.code or {}), numel, _dtype_rank(r.dtype), r.edge, r.sample)
+    simplest = _spec_rank(r, r.shard) if r.shard else 0  # 0@x before 0@x,-1@y/transpose
+    return ("A" not in (r.code or {}), numel, _dtype_rank(r.dtype), r.edge, simplest, r.sample)
+
+
+def _spec_rank(r: Sample, spec: str) -> int:
+    order = sharding_specs(tuple(r.mesh))
+    return order.index(spec) if spec in order else len(order)
+
+
+def _agreeing(records: list[Sample]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """--mesh: per op and variant, the specs (in mesh.py's order) with a sample that matched
+    unsharded: what a group's sharding is not enough for."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for r in records:
+        if r.shard and r.shard != CONTROL and r.verdict == "match":
+            found.setdefault((r.op, r.variant), set()).add(r.shard)
+    ranked = {}
+    for key, seen in found.items():
+        order = sharding_specs(tuple(next(r.mesh for r in records if r.shard in seen)))
+        ranked[key] = tuple(s for s in order if s in seen)
+    return ranked
 
 
 def _dtype_rank(dtype: str) -> int:
@@ -105,7 +131,6 @@ def _slug(
     arg: str = "",
     cause: str = "",
     form: str = "",
-    shard: str = "",
 ) -> str:
     parts = [
         op,
@@ -116,7 +141,6 @@ def _slug(
         f"by_{cause}" if cause else "",
         "grad" if grad else "",
         "" if backend == "xla" else backend,
-        shard.replace("-1", "last"),  # 0@x,-1@y/slice: 0_x_last_y_slice
     ]
     return re.sub(r"[^A-Za-z0-9]+", "_", "_".join(p for p in parts if p)).strip("_")
 

@@ -95,27 +95,27 @@ mesh = xs.Mesh(np.arange(xr.global_runtime_device_count()), {shape}, {axes})
 
 _SHARD = """\
 SPEC = {spec}  # per tensor rank, how it is sharded{view_note}
-def shard(t):  # t on XLA, sharded by SPEC
+def lay(t, on):  # t on XLA laid out by SPEC, sharded if on (unsharded: the same layout)
     p = SPEC.get(t.dim()) if isinstance(t, torch.Tensor) and t.numel() > 1 else None
     if p is None:
         return t.to("xla") if isinstance(t, torch.Tensor) else t
 """
 
-_PLACE = {  # how shard() lays t out: as itself, or as a view of a larger sharded tensor
+_PLACE = {  # how lay() lays t out: as itself, or as a view of a larger sharded tensor
     "": """\
     w = t.to("xla")
-    xs.mark_sharding(w, mesh, p)
+    if on: xs.mark_sharding(w, mesh, p)
     return w
 """,
     "slice": """\
     d = next(i for i, q in enumerate(p) if q)  # the split dim: one element more at each end
     w = torch.cat([t.narrow(d, 0, 1), t, t.narrow(d, 0, 1)], d).to("xla")
-    xs.mark_sharding(w, mesh, p)
+    if on: xs.mark_sharding(w, mesh, p)
     return w.narrow(d, 1, t.shape[d])
 """,
     "transpose": """\
     w = t.transpose(0, -1).contiguous().to("xla")
-    xs.mark_sharding(w, mesh, p)
+    if on: xs.mark_sharding(w, mesh, p)
     return w.transpose(0, -1)
 """,
 }
@@ -123,7 +123,7 @@ _PLACE = {  # how shard() lays t out: as itself, or as a view of a larger sharde
 _SHARDED_RUN = """\
 def run(sharded):  # the op's result {note}on XLA, its tensor arguments sharded or not
     to = lambda v: v.to("xla") if isinstance(v, torch.Tensor) else v
-    out = tree_leaves({call}(*tree_map(shard if sharded else to, A), **tree_map(to, K)))[{leaf}]
+    out = tree_leaves({call}(*tree_map(lambda t: lay(t, sharded), A), **tree_map(to, K)))[{leaf}]
     return out.cpu() if isinstance(out, torch.Tensor) else torch.tensor(out)
 show = lambda t: f"{{t.dtype}}{{list(t.shape)}} {{t.flatten()[:6].tolist()}}"
 print("unsharded:", show(plain := run(False)), flush=True)
@@ -185,6 +185,8 @@ def title(group: Any) -> str:
         what = {"value": "other values", "nan-inf": "NaN/inf", "error": "raises",
                 "crash": "kills the process", "hang": "hangs"}.get(group.kind, f"another {group.kind}")  # fmt: skip
         shard = f"{group.shard} on a {'x'.join(map(str, group.witness.get('mesh') or ()))} mesh"
+        more = len(getattr(group, "shards", ())) - 1
+        shard += f" (and {more} other sharding{'s' * (more > 1)})" if more > 0 else ""
         return f"{'/'.join(group.dtypes)} {group.op}{variant} on XLA sharded {shard}: {what} than unsharded"
     what = {
         "value": "values far from float64",
