@@ -13,6 +13,7 @@ import pytest
 
 from reprokit.errors import ReprokitError
 from reprokit.records.ops import read_ops
+from reprokit.tools.ops.harness.confirm import sharding
 from reprokit.tools.ops.harness.sweep import UNSHARDED_DEATH
 from reprokit.tools.ops.mesh import CONTROL, parse, placements, specs
 
@@ -120,3 +121,51 @@ def test_a_view_is_judged_against_the_same_view_unsharded(swept):
     assert not [g for g in sweep.groups if g.op == "as_strided"]
     sliced = [r for r in sweep.records if r.op == "as_strided" and r.shard == "0@x/slice"]
     assert sliced and any(r.verdict == "match" for r in sliced)
+
+
+@pytest.mark.parametrize(
+    ("spec", "tensor", "padded"),
+    [
+        ("0@x", "float32[5, 5]", True),  # 5 rows over 2 devices
+        ("0@x", "float32[4, 5]", False),
+        ("0@x/slice", "float32[4, 5]", False),  # the larger tensor's 6 rows
+        ("0@x/slice", "float32[5, 5]", True),
+        ("-1@xy", "float32[8, 5]", True),  # 5 over all 4
+        ("0@xy", "float32[8, 5]", False),
+        ("0@x,-1@y/transpose", "float32[4, 5]", True),  # the transposed tensor's first dim: 5
+        (CONTROL, "float32[5, 5]", False),
+    ],
+)
+def test_a_sharded_samples_features_name_the_split_and_its_padding(spec, tensor, padded):
+    found = sharding(spec, (2, 2), {"tensors": [tensor, "int64[]"]})
+    assert found["a sharded dim padded"] is padded
+    if spec == "0@x,-1@y/transpose":
+        assert found | {"a sharded dim padded": 0} == {
+            "sharded dims": "first, last",
+            "over axes": "x, y",
+            "view": "transpose",
+            "a sharded dim padded": 0,
+        }
+
+
+def test_a_sharded_groups_trigger_says_what_the_sharding_needs(swept):
+    """Learnt from the op's samples under every spec (not confirmed on new samples: their
+    job knows no mesh)."""
+    sweep, _, _ = swept
+    (abort,) = [g for g in sweep.groups if g.op == "scatter_add" and g.kind == "crash"]
+    condition = abort.trigger.get("condition") or ""
+    assert any(name in condition for name in ("over axes", "sharded dims", "padded"))
+    assert not abort.trigger.get("confirmed")
+
+
+def test_gradients_are_judged_under_every_sharding(tmp_path):
+    """--grad: each sample's gradients sharded against unsharded, under each spec of a mesh
+    of 4 (cumsum's backward is a reversed cumsum: sharded, it crosses the shards)."""
+    done = reprokit("ops", "cumsum", "--mesh", "4", "--grad", "--dtypes", "float32", "-n", "2",
+                    "-o", str(tmp_path / "out"), cache=tmp_path / "cache")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr  # no group
+    sweep = read_ops(tmp_path / "out")
+    backward = [r for r in sweep.records if r.grad]
+    assert {r.shard for r in backward if r.verdict == "match"} == set(specs((4,)))
+    assert len(backward) == len([r for r in sweep.records if not r.grad])
+    assert "forward, backward" in (tmp_path / "out" / "report.md").read_text()

@@ -86,19 +86,18 @@ _SHARDED_HEAD = """\
 # {title}. reprokit ops --mesh {mesh}: OpInfo {name}, {dtype}, {which}; exit 1: sharded XLA differs from unsharded
 import os
 os.environ.setdefault("PJRT_DEVICE", "CPU"), os.environ.setdefault("CPU_NUM_DEVICES", "{devices}")  # XLA:CPU's virtual devices
-import numpy as np, torch
-import torch_xla.distributed.spmd as xs, torch_xla.runtime as xr
-from torch.utils._pytree import tree_leaves, tree_map
+import numpy as np, torch, torch_xla.distributed.spmd as xs, torch_xla.runtime as xr
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 xr.use_spmd()
 mesh = xs.Mesh(np.arange(xr.global_runtime_device_count()), {shape}, {axes})
 """
 
 _SHARD = """\
 SPEC = {spec}  # per tensor rank, how it is sharded{view_note}
+to = lambda v: v.to("xla") if isinstance(v, torch.Tensor) else v
 def lay(t, on):  # t on XLA laid out by SPEC, sharded if on (unsharded: the same layout)
     p = SPEC.get(t.dim()) if isinstance(t, torch.Tensor) and t.numel() > 1 else None
-    if p is None:
-        return t.to("xla") if isinstance(t, torch.Tensor) else t
+    if p is None: return to(t)
 """
 
 _PLACE = {  # how lay() lays t out: as itself, or as a view of a larger sharded tensor
@@ -120,11 +119,21 @@ _PLACE = {  # how lay() lays t out: as itself, or as a view of a larger sharded 
 """,
 }
 
-_SHARDED_RUN = """\
+_SHARDED_FORWARD = """\
 def run(sharded):  # the op's result {note}on XLA, its tensor arguments sharded or not
-    to = lambda v: v.to("xla") if isinstance(v, torch.Tensor) else v
     out = tree_leaves({call}(*tree_map(lambda t: lay(t, sharded), A), **tree_map(to, K)))[{leaf}]
     return out.cpu() if isinstance(out, torch.Tensor) else torch.tensor(out)
+"""
+
+_SHARDED_BACKWARD = """\
+def run(sharded):  # d(outs . g)/d(grad input {leaf}) on XLA, g fixed random, its tensor arguments sharded or not
+    flat, tree = tree_flatten(A)
+    a = [lay(t.detach().requires_grad_() if i in {grads} else t, sharded) for i, t in enumerate(flat)]
+    outs = [o for o in tree_leaves({call}(*tree_unflatten(a, tree), **tree_map(to, K))) if isinstance(o, torch.Tensor) and o.requires_grad]
+    return torch.autograd.grad(outs, [a[i] for i in {grads}], [torch.randn(o.shape, generator=torch.Generator().manual_seed(j)).to({dtype}).to(o) for j, o in enumerate(outs)], allow_unused=True)[{leaf}].cpu()
+"""
+
+_SHARDED_JUDGE = """\
 show = lambda t: f"{{t.dtype}}{{list(t.shape)}} {{t.flatten()[:6].tolist()}}"
 print("unsharded:", show(plain := run(False)), flush=True)
 try:
@@ -143,7 +152,7 @@ def _sharded_text(group: Any, code: dict[str, Any], call: str | None, saved: str
     witness = group.witness
     mesh = tuple(witness.get("mesh") or (2, 2))
     which = f"{'edge' if witness.get('edge') else 'OpInfo'} sample {witness['sample']}"
-    which += f" sharded {group.shard}"
+    which += f"{', gradient' if group.grad else ''} sharded {group.shard}"
     found, call = _lookup(group, call, saved)
     text = _SHARDED_HEAD.format(
         title=title(group),
@@ -159,17 +168,17 @@ def _sharded_text(group: Any, code: dict[str, Any], call: str | None, saved: str
     text += f"A, K = {code['A']}, {code['K']}  # the sample's arguments\n"
     ranks = {r: p for r in range(1, 7) if (p := placements(group.shard, r)) and any(p)}
     view = group.shard.partition("/")[2]
-    note = f"; each reaches the op as a {view} of a sharded tensor" if view else ""
-    text += _SHARD.format(spec=ranks, view_note=note) + _PLACE[view]
-    rtol, atol = TOLERANCES.get(witness["dtype"], (1e-4, 1e-4))
+    reaches = f"; each reaches the op as a {view} of a sharded tensor" if view else ""
+    text += _SHARD.format(spec=ranks, view_note=reaches) + _PLACE[view]
     leaf = code.get("leaf", 0)
-    return text + _SHARDED_RUN.format(
-        call=call,
-        leaf=leaf,
-        note=f"{leaf} " if leaf else "",
-        rtol=max(rtol, 1e-4),
-        atol=max(atol, 1e-4),
-    )
+    note = f"{leaf} " if leaf else ""
+    if group.grad:
+        dtype = f"torch.{witness['dtype']}"
+        text += _SHARDED_BACKWARD.format(call=call, leaf=leaf, grads=code["G"], dtype=dtype)
+    else:
+        text += _SHARDED_FORWARD.format(call=call, leaf=leaf, note=note)
+    rtol, atol = TOLERANCES.get(witness["dtype"], (1e-4, 1e-4))
+    return text + _SHARDED_JUDGE.format(rtol=max(rtol, 1e-4), atol=max(atol, 1e-4))
 
 
 def title(group: Any) -> str:
@@ -187,7 +196,8 @@ def title(group: Any) -> str:
         shard = f"{group.shard} on a {'x'.join(map(str, group.witness.get('mesh') or ()))} mesh"
         more = len(getattr(group, "shards", ())) - 1
         shard += f" (and {more} other sharding{'s' * (more > 1)})" if more > 0 else ""
-        return f"{'/'.join(group.dtypes)} {group.op}{variant} on XLA sharded {shard}: {what} than unsharded"
+        grad = "gradient of " if group.grad else ""
+        return f"{'/'.join(group.dtypes)} {grad}{group.op}{variant} on XLA sharded {shard}: {what} than unsharded"
     what = {
         "value": "values far from float64",
         "nan-inf": "NaN/inf where CPU and float64 have none",

@@ -303,11 +303,11 @@ def _tasks(listing: dict[str, Any], asked: _Asked) -> list[Task]:
 
 
 def _sharded(tasks: list[Task], mesh: tuple[int, ...]) -> list[Task]:
-    """--mesh: each forward task once per sharding spec, on SPMD (the gradients and in-place
-    variants under sharding are not swept yet)."""
-    forward = [t for t in tasks if not t.grad and not t.inplace]
+    """--mesh: each forward task (and gradient task, with --grad) once per sharding spec, on
+    SPMD (the in-place variants under sharding are not swept yet)."""
+    kept = [t for t in tasks if not t.inplace]
     return [replace(t, backend=SPMD, shard=spec, mesh=mesh)
-            for t in forward for spec in sharding_specs(mesh)]  # fmt: skip
+            for t in kept for spec in sharding_specs(mesh)]  # fmt: skip
 
 
 def _stamped(task: Task, found: list[dict[str, Any]]) -> list[Sample]:
@@ -388,10 +388,9 @@ def _triggers(asked: _Asked, found: list[Group], records: list[Sample], pool: An
     graph's is its kind: a call with another argument before it."""
     begun = time.monotonic()
     order = {g.id: i for i, g in enumerate(found)}
-    # a stale graph's trigger is its kind; a sharded group's new samples would be judged
-    # unsharded (confirm.py's job knows no mesh): neither is confirmed
-    kept = [g for g in found if g.kind == stale.KIND or g.shard]
-    found = [g for g in found if g.kind != stale.KIND and not g.shard]
+    # a stale graph's trigger is its kind (a sharded group's is learnt only: confirm.py)
+    kept = [g for g in found if g.kind == stale.KIND]
+    found = [g for g in found if g.kind != stale.KIND]
     if asked.announce and pool is not None and found:
         asked.announce(f"ops: the triggers of {len(found)} groups, checked on new samples")
     found = kept + confirm.triggers(found, records, asked.asking(pool))

@@ -288,7 +288,7 @@ class _Judging:
         self.fallbacks(clear=True)
         if task.get("shard"):  # against the same sample unsharded: sharding.py
             found = sharding.judge_sharded(
-                op, sample, dtype, task["shard"], self.mesh, fallbacks=self.fallbacks
+                op, sample, dtype, task["shard"], self.mesh, grad=grad, fallbacks=self.fallbacks
             )
         else:
             found = judge.judge(

@@ -28,21 +28,29 @@ def mesh_of(shape: tuple[int, ...]) -> Any:
 
 
 def judge_sharded(
-    op: Any, sample: Any, dtype: torch.dtype, spec: str, mesh: Any, *, fallbacks: Any
+    op: Any,
+    sample: Any,
+    dtype: torch.dtype,
+    spec: str,
+    mesh: Any,
+    *,
+    grad: bool = False,
+    fallbacks: Any,
 ) -> dict[str, Any]:
-    """The verdict of one sample under ``spec``: ``match`` (the same as unsharded XLA, or
-    within float64's rounding rule of it: sums reassociated across shards are precision, not a
-    bug), ``differs`` (its kind and detail, in sharded and unsharded words) or ``skip``; with
-    its seconds, as judge.judge's."""
+    """The verdict of one sample under ``spec`` (``grad``: of its arguments' gradients):
+    ``match`` (the same as unsharded XLA, or within float64's rounding rule of it: sums
+    reassociated across shards are precision, not a bug), ``differs`` (its kind and detail, in
+    sharded and unsharded words) or ``skip``; with its seconds, as judge.judge's."""
     begun = time.monotonic()
     try:
-        found = _judged(op, sample, dtype, spec, mesh, fallbacks)
+        found = _judged(op, sample, dtype, (spec, mesh), grad, fallbacks)
     except judge.Skip as why:
         found = {"verdict": "skip", "reason": str(why)}
     return found | {"seconds": round(time.monotonic() - begun, 4)}
 
 
-def _judged(op: Any, sample: Any, dtype: torch.dtype, spec: str, mesh: Any, fallbacks: Any):
+def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fallbacks: Any):
+    spec, mesh = on
     leaves, tree = tree_flatten((sample.input, tuple(sample.args)))
     sharded = [placements(spec, t.dim()) if _shardable(t) else None for t in leaves]
     if spec != CONTROL and not any(sharded):
@@ -54,19 +62,26 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, spec: str, mesh: Any, fall
     kwargs = judge.move(sample, "xla")[2]
 
     def laid_out(marked: bool) -> list[Any]:
-        """The op's results with its arguments laid out by ``spec``, sharded or not: the
-        unsharded control takes the same view (as_strided reads a slice's storage on XLA,
-        sharded or not: that is no sharding's doing)."""
+        """The op's results (``grad``: its arguments' gradients, as judge.evaluate's) with its
+        arguments laid out by ``spec``, sharded or not: the unsharded control takes the same
+        view (as_strided reads a slice's storage on XLA, sharded or not: no sharding's doing)."""
+        given = [t.detach().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                 for t in leaves]  # fmt: skip
         moved = [_placed(t, p, view, mesh if marked else None) if p else _moved(t)
-                 for t, p in zip(leaves, sharded, strict=True)]  # fmt: skip
+                 for t, p in zip(given, sharded, strict=True)]  # fmt: skip
         input_, args = tree_unflatten(moved, tree)
         torch.manual_seed(0)
-        with torch.no_grad():
+        with torch.enable_grad() if grad else torch.no_grad():
             out = call(input_, *args, **kwargs)
+            if grad:
+                ins = [m for m, t in zip(moved, given, strict=True) if judge._needs_grad(t)]
+                out = _gradients(out, ins, dtype)
         return [judge._on_cpu(leaf) for leaf in judge._fetched(tree_leaves(out))]
 
     try:
         plain = laid_out(False)
+    except judge.Skip:
+        raise
     except Exception as exc:  # the plain sweep's finding, not sharding's
         raise judge.Skip(f"unsharded XLA raises {type(exc).__name__}") from None
     if fell := fallbacks():  # as the plain sweep: an op XLA does not lower is not judged
@@ -79,11 +94,20 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, spec: str, mesh: Any, fall
         return judge._differs("shape", f"{len(found)} results sharded, {len(plain)} unsharded")
     if judge._identical(plain, found):
         return {"verdict": "match"}
-    run = judge._runner(op, sample, dtype, grad=False, inplace=False)
-    return _against_unsharded(op, sample, run, plain, found, spec)
+    run = judge._runner(op, sample, dtype, grad=grad, inplace=False)
+    return _against_unsharded(op, sample, run, (plain, found), spec, grad=grad)
 
 
-def _against_unsharded(op, sample, run, plain, found, spec) -> dict[str, Any]:
+def _gradients(out: Any, ins: list[torch.Tensor], dtype: torch.dtype) -> tuple[Any, ...]:
+    """d(outs . g)/d ins for the fixed random cotangents g of judge.cotangent."""
+    outs = [o for o in tree_leaves(out) if judge._needs_grad(o)]
+    if not ins or not outs:
+        raise judge.Skip("no differentiable input or result")
+    cts = [judge.cotangent(o, j, dtype) for j, o in enumerate(outs)]
+    return torch.autograd.grad(outs, ins, cts, allow_unused=True)
+
+
+def _against_unsharded(op, sample, run, results, spec, *, grad: bool) -> dict[str, Any]:
     """Sharded against unsharded, float64 the arbiter (the sweep's own per-result rule); an
     edge sample's +-max mixed by a reduction depends on the order of its additions, which
     sharding changes: order, not a bug (as in the plain sweep, explain.mixed)."""
@@ -91,13 +115,14 @@ def _against_unsharded(op, sample, run, plain, found, spec) -> dict[str, Any]:
         ref = run("cpu", f64=True)
     except Exception:  # whatever torch's float64 kernel refuses: judged without an arbiter
         ref = None
+    plain, found = results
     ties = judge._index_op(op.name) and judge._ties(sample)
     for k, (u, s) in enumerate(zip(plain, found, strict=True)):
         f = ref[k] if ref is not None and len(ref) == len(plain) else None
         verdict = judge._leaf(k, u, s, f, sample, ties=ties)
         if verdict is None or verdict["verdict"] != "differs":
             continue
-        if verdict["kind"] in ("value", "nan-inf") and explain.mixed(op, sample, run, grad=False):
+        if verdict["kind"] in ("value", "nan-inf") and explain.mixed(op, sample, run, grad=grad):
             raise judge.Skip("edge values mixed by a reduction: order-dependent across shards")
         return verdict | {"detail": f"sharded {spec}: {_words(verdict['detail'])}", "leaf": k}
     return {"verdict": "match", "note": "within float64's rounding rule of unsharded XLA"}
@@ -116,9 +141,7 @@ def _shardable(value: Any) -> bool:
 
 
 def _moved(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("xla")
-    return value
+    return value.to("xla") if isinstance(value, torch.Tensor) else value
 
 
 def _placed(t: torch.Tensor, placed: tuple[Any, ...], view: str, mesh: Any) -> torch.Tensor:
@@ -131,7 +154,6 @@ def _placed(t: torch.Tensor, placed: tuple[Any, ...], view: str, mesh: Any) -> t
             xs.mark_sharding(whole, mesh, placed)
         return whole
 
-    t = t.detach()
     if view == "transpose" and t.dim() >= 2:
         return marked(t.transpose(0, -1).contiguous().to("xla")).transpose(0, -1)
     if view == "slice":
