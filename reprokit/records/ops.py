@@ -159,6 +159,7 @@ class Group:
     shard: str = ""  # --mesh: the sharding its witness differs under, against unsharded XLA
     shards: tuple[str, ...] = ()  # --mesh: every sharding its samples differ under
     spared: tuple[str, ...] = ()  # --mesh: the shardings its op's samples all match under
+    hlo: tuple[str, ...] = ()  # --mesh: its repro's HLO before and after SPMD partitioning
 
     @property
     def passed(self) -> str:
@@ -171,11 +172,14 @@ class Group:
         return f"{passed}, {self.form}" if self.form else passed
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {k: list(getattr(self, k)) for k in ("dtypes", "shards", "spared")}
+        return asdict(self) | {k: list(getattr(self, k)) for k in _LISTS}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Group:
-        return from_json(cls, data, dtypes=tuple, shards=tuple, spared=tuple)
+        return from_json(cls, data, **dict.fromkeys(_LISTS, tuple))
+
+
+_LISTS = ("dtypes", "shards", "spared", "hlo")  # a Group's tuples, lists in JSON
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ def _groups(groups: tuple[Group, ...]) -> list[str]:
         detail = _cell(w.get("detail") or "")
         witness = f"{edge}sample {w.get('sample')}: {shapes}; {detail}"
         repro = f"`{g.repro}`" if g.repro else _cell(g.why_no_repro or "none")
+        repro += f" (XLA's SPMD partitioner: {', '.join(f'`{n}`' for n in g.hlo)})" if g.hlo else ""
         alone = {True: "yes", False: "no", None: "-"}[g.reproduces_alone]
         passed = g.passed
         lines.append(

@@ -169,3 +169,15 @@ def test_gradients_are_judged_under_every_sharding(tmp_path):
     assert {r.shard for r in backward if r.verdict == "match"} == set(specs((4,)))
     assert len(backward) == len([r for r in sweep.records if not r.grad])
     assert "forward, backward" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_sharded_group_keeps_the_hlo_around_the_partitioner(swept):
+    """Whose: the repro run alone dumps XLA's module before and after SPMD partitioning; the
+    sharded one is kept beside the repro (scatter_add's padded indices are in it)."""
+    sweep, _, out = swept
+    (wrong,) = [g for g in sweep.groups if g.op == "scatter_add" and g.kind == "value"]
+    before, after = (out / name for name in wrong.hlo)
+    assert before.name.endswith(".before_partitioning.txt")
+    assert "sharding={devices=" in before.read_text() and "num_partitions=4" in before.read_text()
+    assert "scatter(" in after.read_text()
+    assert f"`{after.name}`" in (out / "report.md").read_text()

@@ -272,7 +272,9 @@ def check_alone(
         key = store.key([file_digest(f) for f in files], versions)
         hit = store.get_json(key)
         if hit is None:
-            ran = run_alone(partial(_copy, files), options, scratch, executor=executor)
+            dump = (scratch / f"hlo-{group.id}").absolute() if group.shard else None
+            extra = {"XLA_FLAGS": f"{PARTITIONING} --xla_dump_to={dump}"} if dump else None
+            ran = run_alone(partial(_copy, files), options, scratch, executor=executor, extra=extra)
             shows = (
                 ran.returncode is None
                 if group.kind == "hang"
@@ -283,8 +285,10 @@ def check_alone(
                 )
             )
             hit = {"shows": shows, "output": _transcript(ran, group.repro, options.xla_device)}
+            hit |= {"hlo": partitioned(dump)} if dump else {}
             store.put_json(key, hit)
-        return replace(group, reproduces_alone=hit["shows"], alone_output=hit["output"])
+        hlo = _written(hit.get("hlo") or {}, out_dir, group.id)
+        return replace(group, reproduces_alone=hit["shows"], alone_output=hit["output"], hlo=hlo)
 
     try:
         with ThreadPoolExecutor(max(1, options.jobs)) as pool:
@@ -294,6 +298,36 @@ def check_alone(
             executor.close()
         shutil.rmtree(scratch, ignore_errors=True)
     return checked
+
+
+# XLA's dump of the modules before and after its SPMD partitioner, the sharded groups' whose
+PARTITIONING = "--xla_dump_hlo_pass_re=spmd-partitioning"
+SHARDED = "sharding={devices="  # an instruction sharded over devices (not replicated)
+
+
+def partitioned(dump: Path) -> dict[str, str]:
+    """The HLO before and after SPMD partitioning of the last module a repro compiled with
+    an instruction sharded over devices (its sharded run: the unsharded one has none), from
+    XLA's dump in ``dump``; {} where there is none (a crash before it is compiled)."""
+    befores = sorted(dump.glob("module_*.before_spmd-partitioning.txt"))
+    for before in reversed(befores):
+        text = before.read_text("utf-8", "replace")
+        if SHARDED in text:
+            prefix = before.name.split(".spmd-partitioner.")[0].rsplit(".", 1)[0]
+            after = next(dump.glob(f"{prefix}.*.after_spmd-partitioning.*.txt"), None)
+            found = {"before": text}
+            return found | ({"after": after.read_text("utf-8", "replace")} if after else {})
+    return {}
+
+
+def _written(hlo: dict[str, str], out_dir: Path, group_id: str) -> tuple[str, ...]:
+    """The partitioner's HLO beside the repro (``hlo_<id>.before_partitioning.txt``, after)."""
+    names = []
+    for when, text in hlo.items():
+        name = f"hlo_{group_id}.{when}_partitioning.txt"
+        (out_dir / name).write_text(text, "utf-8")
+        names.append(name)
+    return tuple(names)
 
 
 def _pt(out_dir: Path, group: Group) -> Path:
