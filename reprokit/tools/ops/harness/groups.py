@@ -269,10 +269,11 @@ def check_alone(
         if group.repro is None:
             return group
         files = [out_dir / group.repro] + ([p] if (p := _pt(out_dir, group)).is_file() else [])
-        key = store.key([file_digest(f) for f in files], versions)
+        dump = (scratch / f"hlo-{group.id}").absolute() if group.shard else None
+        digests = [file_digest(f) for f in files] + ([PARTITIONING] if dump else [])  # its HLO
+        key = store.key(digests, versions)
         hit = store.get_json(key)
         if hit is None:
-            dump = (scratch / f"hlo-{group.id}").absolute() if group.shard else None
             extra = {"XLA_FLAGS": f"{PARTITIONING} --xla_dump_to={dump}"} if dump else None
             ran = run_alone(partial(_copy, files), options, scratch, executor=executor, extra=extra)
             shows = (
@@ -303,14 +304,16 @@ def check_alone(
 # XLA's dump of the modules before and after its SPMD partitioner, the sharded groups' whose
 PARTITIONING = "--xla_dump_hlo_pass_re=spmd-partitioning"
 SHARDED = "sharding={devices="  # an instruction sharded over devices (not replicated)
+GATHER = "ReplicateShardedData"  # torch_xla's module that brings a sharded result to the host
 
 
 def partitioned(dump: Path) -> dict[str, str]:
     """The HLO before and after SPMD partitioning of the last module a repro compiled with
-    an instruction sharded over devices (its sharded run: the unsharded one has none), from
-    XLA's dump in ``dump``; {} where there is none (a crash before it is compiled)."""
+    an instruction sharded over devices (its sharded run: the unsharded one has none; not
+    torch_xla's own gathering of a sharded result to the host), from XLA's dump in ``dump``;
+    {} where there is none (a crash before it is compiled)."""
     befores = sorted(dump.glob("module_*.before_spmd-partitioning.txt"))
-    for before in reversed(befores):
+    for before in reversed([b for b in befores if GATHER not in b.name]):
         text = before.read_text("utf-8", "replace")
         if SHARDED in text:
             prefix = before.name.split(".spmd-partitioner.")[0].rsplit(".", 1)[0]
