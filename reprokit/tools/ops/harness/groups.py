@@ -108,14 +108,13 @@ def _agreeing(records: list[Sample]) -> dict[tuple[str, str], tuple[str, ...]]:
     """--mesh: per op and variant, the specs (in mesh.py's order) with a sample that matched
     unsharded: what a group's sharding is not enough for."""
     found: dict[tuple[str, str], set[str]] = {}
+    mesh: tuple[int, ...] = ()  # one sweep, one mesh
     for r in records:
         if r.shard and r.shard != CONTROL and r.verdict == "match":
             found.setdefault((r.op, r.variant), set()).add(r.shard)
-    ranked = {}
-    for key, seen in found.items():
-        order = sharding_specs(tuple(next(r.mesh for r in records if r.shard in seen)))
-        ranked[key] = tuple(s for s in order if s in seen)
-    return ranked
+            mesh = tuple(r.mesh)
+    order = sharding_specs(mesh) if mesh else []
+    return {key: tuple(s for s in order if s in seen) for key, seen in found.items()}
 
 
 def _dtype_rank(dtype: str) -> int:
