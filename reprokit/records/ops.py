@@ -22,6 +22,11 @@ def repro_name(group_id: str, suffix: str = ".py") -> str:
     return f"repro_{group_id}{suffix}"
 
 
+def hlo_name(group_id: str, when: str) -> str:
+    """A sharded group's HLO ``when`` ("before", "after") XLA's SPMD partitioner, beside it."""
+    return f"hlo_{group_id}.{when}_partitioning.txt"
+
+
 # stale-graph: right alone, wrong right after a call with other non-tensor arguments (the
 # witness's ``arg`` names them): the graph compiled for that call reused
 # (tools/ops/harness/stale.py)

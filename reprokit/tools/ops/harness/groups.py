@@ -18,7 +18,7 @@ import reprokit.tools.ops.harness.repro as repro
 from reprokit.infra import known
 from reprokit.infra.caching import Store, file_digest
 from reprokit.records.folder import SCRIPT
-from reprokit.records.ops import Group, Sample, repro_name
+from reprokit.records.ops import Group, Sample, hlo_name, repro_name
 from reprokit.runner.options import Options
 from reprokit.runner.processes.alone import run_alone
 from reprokit.runner.processes.warm import WarmExecutor
@@ -326,7 +326,7 @@ def _written(hlo: dict[str, str], out_dir: Path, group_id: str) -> tuple[str, ..
     """The partitioner's HLO beside the repro (``hlo_<id>.before_partitioning.txt``, after)."""
     names = []
     for when, text in hlo.items():
-        name = f"hlo_{group_id}.{when}_partitioning.txt"
+        name = hlo_name(group_id, when)
         (out_dir / name).write_text(text, "utf-8")
         names.append(name)
     return tuple(names)
