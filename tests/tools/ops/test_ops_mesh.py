@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from reprokit.errors import ReprokitError
-from reprokit.records.ops import read_ops
+from reprokit.records.ops import Group, read_ops
 from reprokit.tools.ops.harness.confirm import sharding
+from reprokit.tools.ops.harness.repro import repro_text
 from reprokit.tools.ops.harness.sweep import UNSHARDED_DEATH
 from reprokit.tools.ops.mesh import CONTROL, parse, placements, specs
 
@@ -181,3 +182,27 @@ def test_a_sharded_group_keeps_the_hlo_around_the_partitioner(swept):
     assert "sharding={devices=" in before.read_text() and "num_partitions=4" in before.read_text()
     assert "scatter(" in after.read_text()
     assert f"`{after.name}`" in (out / "report.md").read_text()
+
+
+def _group(op: str) -> Group:
+    witness = {"dtype": "float32", "edge": False, "sample": 0, "mesh": [2, 2]}
+    return Group(id="g", op=op, variant="", backend="xla_spmd", dtypes=("float32",),
+                 kind="value", grad=False, witness=witness, samples=1, shard="0@x")  # fmt: skip
+
+
+def test_a_sharded_repro_that_fails_in_itself_exits_2_not_1(tmp_path):
+    """An exception before the sharded call (the repro's own, not the bug's) is exit 2; a
+    helper OpInfo defines is imported (max_pool2d_backward's repro once exited 1 on an
+    AttributeError)."""
+    code = {"A": "[torch.ones(4, 4)]", "K": "{}"}
+    helper = repro_text(
+        _group("x"), code, "torch.testing._internal.common_methods_invocations.foo", None
+    )
+    assert "import torch.testing._internal.common_methods_invocations\n" in helper
+    broken = tmp_path / "repro.py"
+    broken.write_text(repro_text(_group("x"), code, "torch.no_such_op", None))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PJRT_DEVICE": "CPU"}
+    done = subprocess.run([sys.executable, "-I", str(broken)], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "AttributeError" in done.stderr and "DIFFERS" not in done.stdout

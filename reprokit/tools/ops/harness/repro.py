@@ -84,7 +84,7 @@ print(f"XLA gives {{xla.dtype}}{{list(xla.shape)}}: it did not {died}")
 
 _SHARDED_HEAD = """\
 # {title}. reprokit ops --mesh {mesh}: OpInfo {name}, {dtype}, {which}; exit 1: sharded XLA differs from unsharded
-import os
+import os, sys, traceback
 os.environ.setdefault("PJRT_DEVICE", "CPU"), os.environ.setdefault("CPU_NUM_DEVICES", "{devices}")  # XLA:CPU's virtual devices
 import numpy as np, torch, torch_xla.distributed.spmd as xs, torch_xla.runtime as xr
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
@@ -135,6 +135,7 @@ def run(sharded):  # d(outs . g)/d(grad input {leaf}) on XLA, g fixed random, it
 
 _SHARDED_JUDGE = """\
 show = lambda t: f"{{t.dtype}}{{list(t.shape)}} {{t.flatten()[:6].tolist()}}"
+sys.excepthook = lambda *e: (traceback.print_exception(*e), sys.stdout.flush(), os._exit(2))  # the repro failing in itself: exit 2, not 1
 print("unsharded:", show(plain := run(False)), flush=True)
 try:
     sharded = run(True)
@@ -295,6 +296,8 @@ def _lookup(group: Any, call: str | None, saved: str | None) -> tuple[str, str]:
         call = "OP"
     if call.startswith("operator."):  # the op's operator form: operator.rshift is x >> y
         text += "import operator\n"
+    if call.startswith("torch.testing._internal."):  # a helper OpInfo defines (max_pool2d_backward)
+        text += f"import {call.rpartition('.')[0]}\n"
     if saved:  # beside the script, wherever it is run from
         text += (
             f'T = torch.load(__file__.rpartition("/")[0] + "/" * ("/" in __file__) + "{saved}")\n'
