@@ -206,3 +206,15 @@ def test_a_sharded_repro_that_fails_in_itself_exits_2_not_1(tmp_path):
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert "AttributeError" in done.stderr and "DIFFERS" not in done.stdout
+
+
+def test_mesh_samples_judges_each_sharded_tasks_first_samples(tmp_path):
+    """--mesh-samples N: a sharded sample is a compile per spec, so each task judges its first
+    N samples and says how it stopped (a skip record after them)."""
+    done = reprokit("ops", "cumsum", "--mesh", "4", "--mesh-samples", "2", "--dtypes", "float32",
+                    "-o", str(tmp_path / "out"), cache=tmp_path / "cache")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    sweep = read_ops(tmp_path / "out")
+    stopped = [r for r in sweep.records if "first 2 samples" in r.reason]
+    assert max(r.sample for r in sweep.records if r not in stopped) < 2
+    assert {r.shard for r in stopped} == set(specs((4,)))  # one per task, after its 2 samples

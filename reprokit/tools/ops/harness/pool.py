@@ -59,6 +59,7 @@ class Task:
     inplace: bool = False  # the op's in-place variant (forward)
     shard: str = ""  # --mesh: how its tensor arguments are sharded (worker/sharding.py)
     mesh: tuple[int, ...] = ()  # and the devices' mesh (2, 2)
+    limit: int = 0  # --mesh-samples: the task's first samples only (0: all)
 
     @property
     def id(self) -> str:
@@ -68,16 +69,20 @@ class Task:
         return f"{self.op}|{self.variant}|{self.dtype}|{self.backend}|{passed}|{edge}{sharded}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "op": self.op,
-            "variant": self.variant,
-            "dtype": self.dtype,
-            "backend": self.backend,
-            "grad": self.grad,
-            "edge": self.edge,
-            "inplace": self.inplace,
-        } | ({"shard": self.shard, "mesh": list(self.mesh)} if self.shard else {})
+        return (
+            {
+                "id": self.id,
+                "op": self.op,
+                "variant": self.variant,
+                "dtype": self.dtype,
+                "backend": self.backend,
+                "grad": self.grad,
+                "edge": self.edge,
+                "inplace": self.inplace,
+            }
+            | ({"shard": self.shard, "mesh": list(self.mesh)} if self.shard else {})
+            | ({"limit": self.limit} if self.limit else {})
+        )
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ class _Asked:
     announce: Callable[[str], None] | None = None
     inplace: bool = False
     mesh: tuple[int, ...] = ()  # --mesh: every sample sharded on it (worker/sharding.py)
+    mesh_samples: int = 0  # --mesh-samples: a sharded task's first samples only (0: all)
     swept: list[float] = field(default_factory=list)  # when every sample was judged
     cache: bool = True  # the results cache read (it is always written)
     timed: dict[str, float] = field(default_factory=dict)  # seconds of the steps after
@@ -121,6 +122,7 @@ def sweep_ops(
     edge: bool = False,
     inplace: bool = False,
     mesh: tuple[int, ...] = (),
+    mesh_samples: int = 0,
     backends: tuple[str, ...] = BACKENDS,
     options: Options | None = None,
     cache: bool = True,
@@ -139,7 +141,7 @@ def sweep_ops(
     asked = _Asked(
         Path(out_dir), tuple(dtypes), tuple(backends), grad, edge, options,
         _versions(options.python), list(argv or []), time.monotonic(), announce,
-        inplace=inplace, mesh=tuple(mesh), cache=cache,
+        inplace=inplace, mesh=tuple(mesh), mesh_samples=mesh_samples, cache=cache,
     )  # fmt: skip
     asked.out_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -299,14 +301,14 @@ def _tasks(listing: dict[str, Any], asked: _Asked) -> list[Task]:
                     for edge in (False, True) if asked.edge else (False,):
                         task = Task(entry["op"], entry["variant"], dtype, backend, backward, edge)
                         tasks.append(replace(task, inplace=inplace))
-    return _sharded(tasks, asked.mesh) if asked.mesh else tasks
+    return _sharded(tasks, asked.mesh, asked.mesh_samples) if asked.mesh else tasks
 
 
-def _sharded(tasks: list[Task], mesh: tuple[int, ...]) -> list[Task]:
+def _sharded(tasks: list[Task], mesh: tuple[int, ...], limit: int) -> list[Task]:
     """--mesh: each forward task (and gradient task, with --grad) once per sharding spec, on
-    SPMD (the in-place variants under sharding are not swept yet)."""
+    SPMD, its first ``limit`` samples (0: all; the in-place variants are not swept yet)."""
     kept = [t for t in tasks if not t.inplace]
-    return [replace(t, backend=SPMD, shard=spec, mesh=mesh)
+    return [replace(t, backend=SPMD, shard=spec, mesh=mesh, limit=limit)
             for t in kept for spec in sharding_specs(mesh)]  # fmt: skip
 
 

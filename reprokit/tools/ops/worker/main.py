@@ -226,6 +226,9 @@ def sweep(op_db: list, job: dict[str, Any], out: IO[str]) -> None:
         lowers = judge.lowering(op, dtype, *where) if edge else None
         made = samples.op_samples(op, dtype, grad=grad, edge=edge, lowers=lowers)
         seen, stopped = _made_while_cpu_can(made)
+        if task.get("limit") and len(seen) > task["limit"]:  # --mesh-samples: a compile each
+            seen = seen[: task["limit"]]
+            stopped = f"not run: past a sharded task's first {len(seen)} samples (--mesh-samples)"
         for i, sample in enumerate(seen):
             if i in describe:
                 _emit(out, {"id": task["id"], "sample": i, "code": code_of(sample, witness)})
