@@ -7,7 +7,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -57,7 +57,9 @@ MeshOpt = Annotated[
 MESH_SAMPLES = 64
 MeshSamplesOpt = Annotated[
     int,
-    typer.Option("--mesh-samples", help="--mesh: each op's first N samples per spec (0: all)"),
+    typer.Option(
+        "--mesh-samples", min=0, help="--mesh: each op's first N samples per spec (0: all)"
+    ),
 ]
 ReleasesOpt = Annotated[
     str | None,
@@ -95,8 +97,7 @@ def ops_(
     Exit 0: no divergence; 1: some (each a group); 2: bad input; 130: interrupted (what
     finished is kept)."""
     if not names and not every:
-        hint = "reprokit ops mean nn.functional.softplus"
-        raise ReprokitError("name OpInfos or give --all", hint=hint)
+        raise ReprokitError("name OpInfos or give --all", hint="reprokit ops mean softplus")
     folder = output or default_run_dir()
     where = {"executor": executor, "ray_address": ray_address, "cold": cold}
     options = build_options(where, jobs=jobs(n))
@@ -106,8 +107,7 @@ def ops_(
         "grad": grad,
         "edge": edge or every,
         "inplace": inplace,
-        "mesh": parse_mesh(mesh) if mesh else (),
-        "mesh_samples": max(0, mesh_samples),
+        **_sharding(mesh, mesh_samples),
         "backends": tuple(b for b in backends.split(",") if b),
         "options": options,
         "cache": not no_cache,
@@ -128,6 +128,11 @@ def ops_(
         )
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     raise typer.Exit(_said(swept, folder))
+
+
+def _sharding(mesh: str | None, samples: int) -> dict[str, Any]:
+    """--mesh and --mesh-samples as sweep_ops takes them."""
+    return {"mesh": parse_mesh(mesh) if mesh else (), "mesh_samples": samples}
 
 
 def _sample_timeout(given: float, old: float | None) -> float:
