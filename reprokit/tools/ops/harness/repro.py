@@ -44,10 +44,13 @@ _FORWARD = """\
     return out.cpu() if isinstance(out, torch.Tensor) else torch.tensor(out)
 """
 
+# each result's incoming gradient, as the worker makes it (worker/judge.py's cotangent)
+_COTANGENTS = "[torch.randn(o.shape, generator=torch.Generator().manual_seed(j)).to({dtype}).to(o) for j, o in enumerate(outs)]"
+
 _BACKWARD = """\
     ins = [tree_leaves(a)[i].requires_grad_() for i in {grads}]
     outs = [o for o in tree_leaves({call}(*a, **k)) if isinstance(o, torch.Tensor) and o.requires_grad]
-    g = [torch.randn(o.shape, generator=torch.Generator().manual_seed(j)).to({dtype}).to(o) for j, o in enumerate(outs)]
+    g = {cotangents}
     return torch.autograd.grad(outs, ins, g, allow_unused=True)[{leaf}].cpu()  # d(outs . g)/d input
 """
 
@@ -130,7 +133,7 @@ def run(sharded):  # d(outs . g)/d(grad input {leaf}) on XLA, g fixed random, it
     flat, tree = tree_flatten(A)
     a = [lay(t.detach().requires_grad_() if i in {grads} else t, sharded) for i, t in enumerate(flat)]
     outs = [o for o in tree_leaves({call}(*tree_unflatten(a, tree), **tree_map(to, K))) if isinstance(o, torch.Tensor) and o.requires_grad]
-    return torch.autograd.grad(outs, [a[i] for i in {grads}], [torch.randn(o.shape, generator=torch.Generator().manual_seed(j)).to({dtype}).to(o) for j, o in enumerate(outs)], allow_unused=True)[{leaf}].cpu()
+    return torch.autograd.grad(outs, [a[i] for i in {grads}], {cotangents}, allow_unused=True)[{leaf}].cpu()
 """
 
 _SHARDED_JUDGE = """\
@@ -174,8 +177,10 @@ def _sharded_text(group: Any, code: dict[str, Any], call: str | None, saved: str
     leaf = code.get("leaf", 0)
     note = f"{leaf} " if leaf else ""
     if group.grad:
-        dtype = f"torch.{witness['dtype']}"
-        text += _SHARDED_BACKWARD.format(call=call, leaf=leaf, grads=code["G"], dtype=dtype)
+        cotangents = _COTANGENTS.format(dtype=f"torch.{witness['dtype']}")
+        text += _SHARDED_BACKWARD.format(
+            call=call, leaf=leaf, grads=code["G"], cotangents=cotangents
+        )
     else:
         text += _SHARDED_FORWARD.format(call=call, leaf=leaf, note=note)
     rtol, atol = TOLERANCES.get(witness["dtype"], (1e-4, 1e-4))
@@ -240,9 +245,8 @@ def repro_text(group: Any, code: dict[str, Any], call: str | None, saved: str | 
     leaf = code.get("leaf", 0)
     text += _RUN.format(leaf=f"{leaf} " if leaf else "")
     if group.grad:
-        body = _BACKWARD.format(
-            call=call, grads=code["G"], dtype=f"torch.{witness['dtype']}", leaf=leaf
-        )
+        cotangents = _COTANGENTS.format(dtype=f"torch.{witness['dtype']}")
+        body = _BACKWARD.format(call=call, grads=code["G"], cotangents=cotangents, leaf=leaf)
     else:
         body = _FORWARD.format(call=call, leaf=leaf)
     text += body

@@ -106,13 +106,18 @@ def evaluate(
         input_ = input_.clone()
     out = call(input_, *args, **kwargs)  # seeded by the caller: another seed finds random ops
     if grad:
-        ins = [t for t in tree_leaves((input_, args)) if _needs_grad(t)]
-        outs = [o for o in tree_leaves(out) if _needs_grad(o)]
-        if not ins or not outs:
-            raise Skip("no differentiable input or result")
-        cts = [cotangent(o, j, dtype) for j, o in enumerate(outs)]
-        out = torch.autograd.grad(outs, ins, cts, allow_unused=True)
+        out = gradients(out, [t for t in tree_leaves((input_, args)) if _needs_grad(t)], dtype)
     return [_on_cpu(leaf) for leaf in _fetched(tree_leaves(out))]
+
+
+def gradients(out: Any, ins: list[torch.Tensor], dtype: torch.dtype) -> tuple[Any, ...]:
+    """d(outs . g)/d ``ins``, g the fixed random :func:`cotangent` of each result that needs
+    a gradient."""
+    outs = [o for o in tree_leaves(out) if _needs_grad(o)]
+    if not ins or not outs:
+        raise Skip("no differentiable input or result")
+    cts = [cotangent(o, j, dtype) for j, o in enumerate(outs)]
+    return torch.autograd.grad(outs, ins, cts, allow_unused=True)
 
 
 def _fetched(leaves: list[Any]) -> list[Any]:

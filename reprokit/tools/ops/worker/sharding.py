@@ -75,7 +75,7 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fal
             out = call(input_, *args, **kwargs)
             if grad:
                 ins = [m for m, t in zip(moved, given, strict=True) if judge._needs_grad(t)]
-                out = _gradients(out, ins, dtype)
+                out = judge.gradients(out, ins, dtype)
         return [judge._on_cpu(leaf) for leaf in judge._fetched(tree_leaves(out))]
 
     try:
@@ -96,15 +96,6 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fal
         return {"verdict": "match"}
     run = judge._runner(op, sample, dtype, grad=grad, inplace=False)
     return _against_unsharded(op, sample, run, (plain, found), spec, grad=grad)
-
-
-def _gradients(out: Any, ins: list[torch.Tensor], dtype: torch.dtype) -> tuple[Any, ...]:
-    """d(outs . g)/d ins for the fixed random cotangents g of judge.cotangent."""
-    outs = [o for o in tree_leaves(out) if judge._needs_grad(o)]
-    if not ins or not outs:
-        raise judge.Skip("no differentiable input or result")
-    cts = [judge.cotangent(o, j, dtype) for j, o in enumerate(outs)]
-    return torch.autograd.grad(outs, ins, cts, allow_unused=True)
 
 
 def _against_unsharded(op, sample, run, results, spec, *, grad: bool) -> dict[str, Any]:
