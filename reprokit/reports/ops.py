@@ -60,6 +60,12 @@ def markdown(sweep: OpsSweep) -> str:
         f"{sweep.seconds:,.0f} s ({sweep.cached} tasks from the results cache).",
         "",
     ]
+    spent = {
+        k.removeprefix("sharded "): v for k, v in sweep.timings.items() if k.startswith("sharded ")
+    }
+    if spent:  # --mesh: what each spec cost the workers
+        per = ", ".join(f"{spec} {seconds:,.0f} s" for spec, seconds in spent.items())
+        lines += [f"Workers' time per spec (each sample's unsharded control included): {per}.", ""]
     if sweep.stale_graph:  # older files: none
         s = sweep.stale_graph
         lines += [

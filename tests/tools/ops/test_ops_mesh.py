@@ -79,6 +79,15 @@ def test_each_spec_is_judged_against_the_unsharded_sample(swept):
     assert judged == set(specs((2, 2)))  # each spec ran: the views and the padded splits too
 
 
+def test_the_time_of_each_spec_is_kept_and_reported(swept):
+    sweep, _, out = swept
+    spent = {k: v for k, v in sweep.timings.items() if k.startswith("sharded ")}
+    assert set(spent) == {f"sharded {spec}" for spec in specs((2, 2))}
+    assert all(seconds > 0 for seconds in spent.values())
+    said = (out / "report.md").read_text()
+    assert f"0@xy {spent['sharded 0@xy']:,.0f} s" in said, said[:2000]
+
+
 def test_a_partitioner_abort_is_a_crash_group_and_the_sweep_goes_on(swept):
     sweep, said, out = swept
     (abort,) = [g for g in sweep.groups if g.op == "scatter_add" and g.kind == "crash"]
