@@ -96,6 +96,8 @@ class Sample:
     form: str = ""  # a call form OpInfo's samples leave out: one of FORMS
     shard: str = ""  # --mesh: how its tensor arguments were sharded (worker/sharding.py)
     mesh: list[int] = field(default_factory=list)  # and on which mesh of devices
+    # --mesh, elementwise: "kept" (its result laid out as its input) or "input's -> result's"
+    layout: str = ""
 
     @property
     def differs(self) -> bool:
@@ -205,6 +207,8 @@ class OpsSweep:
     skips: dict[str, int] = field(default_factory=dict)  # reason -> samples
     platform: dict[str, Any] = field(default_factory=dict)  # subnormal flushing: count, ops
     cpu_wrong: list[dict[str, Any]] = field(default_factory=list)  # torch's own kernel off
+    # --mesh: elementwise ops whose result lost its input's sharding (harness/sharded.py)
+    lost_shardings: list[dict[str, Any]] = field(default_factory=list)
     groups: tuple[Group, ...] = ()
     records: list[Sample] = field(default_factory=list)  # every sample's verdict
     tasks: int = 0  # ops x dtypes x passes x sample sets (OpInfo's, the edge values')

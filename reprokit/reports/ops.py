@@ -76,7 +76,7 @@ def markdown(sweep: OpsSweep) -> str:
         ]
     lines += _groups(sweep.groups) + _causes(sweep.groups) + _classes(sweep.groups)
     lines += _precision(sweep.precision)
-    lines += _families(sweep) + _skips(sweep) + _platform(sweep)
+    lines += _families(sweep) + _skips(sweep) + _platform(sweep) + _lost(sweep)
     lines += _cpu_wrong(sweep)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -270,6 +270,30 @@ def _platform(sweep: OpsSweep) -> list[str]:
         f"{count}: {ops}{more}.",
         "",
     ]
+
+
+def _lost(sweep: OpsSweep) -> list[str]:
+    """--mesh: elementwise results not laid out as their inputs (memory, not values)."""
+    if not sweep.lost_shardings:
+        return []
+    lines = [
+        "## Results that lost their input's sharding (memory, not values)",
+        "",
+        "An elementwise op's result should be laid out as its input is; these came back laid "
+        "out otherwise, each device holding more of it (values are judged above, apart).",
+        "",
+        "| op | padded: lost of checked | evenly split: lost of checked | witness |",
+        "| --- | --- | --- | --- |",
+    ]
+    for e in sweep.lost_shardings:
+        op = f"`{e['op']}`" + (f" ({e['variant']})" if e["variant"] else "")
+        padded, even, w = e["padded"], e["even"], e["witness"]
+        witness = f"sample {w['sample']}: {', '.join(w['tensors'])}, {w['shard']}: {w['lost']}"
+        lines.append(
+            f"| {op} | {padded['lost']} of {padded['checked']} | {even['lost']} of "
+            f"{even['checked']} | {_cell(witness)} |"
+        )
+    return [*lines, ""]
 
 
 def _cpu_wrong(sweep: OpsSweep) -> list[str]:

@@ -227,3 +227,18 @@ def test_mesh_samples_judges_each_sharded_tasks_first_samples(tmp_path):
     stopped = [r for r in sweep.records if "first 2 samples" in r.reason]
     assert max(r.sample for r in sweep.records if r not in stopped) < 2
     assert {r.shard for r in stopped} == set(specs((4,)))  # one per task, after its 2 samples
+
+
+def test_an_elementwise_result_that_loses_its_inputs_sharding_is_said(tmp_path):
+    """add's result is replicated where its sharded dim is padded (5 over 2 devices), and laid
+    out as its input where the split is even: memory, not values, so a table and no group."""
+    done = reprokit("ops", "add", "--mesh", "2x2", "--dtypes", "float32", "-n", "1",
+                    "-o", str(tmp_path / "out"), cache=tmp_path / "cache")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr  # no group: values all match
+    (found,) = read_ops(tmp_path / "out").lost_shardings
+    padded, even = found["padded"], found["even"]
+    assert found["op"] == "add" and padded["lost"] == padded["checked"] > 0
+    assert even["checked"] > 0 and even["lost"] == 0
+    assert found["witness"]["lost"].endswith("-> {replicated}")
+    said = (tmp_path / "out" / "report.md").read_text()
+    assert f"| `add` | {padded['lost']} of {padded['checked']} | 0 of {even['checked']} |" in said

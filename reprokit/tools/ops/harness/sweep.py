@@ -9,7 +9,6 @@ forward or backward, OpInfo's or the edge samples), the groups and the report.
 
 from __future__ import annotations
 
-import collections
 import functools
 import importlib.metadata
 import shutil
@@ -23,6 +22,7 @@ from typing import Any
 
 import reprokit.tools.ops.harness.confirm as confirm
 import reprokit.tools.ops.harness.groups as grouping
+import reprokit.tools.ops.harness.sharded as sharded
 import reprokit.tools.ops.harness.stale as stale
 from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
@@ -415,13 +415,14 @@ def _sweep(asked: _Asked, judged: _Judged, found: list[Group], *, interrupted: b
         mesh=asked.mesh,
         seconds=round(time.monotonic() - asked.begun, 1),
         timings=({"samples": round(asked.swept[0] - asked.begun, 1)} if asked.swept else {})
-        | _per_spec(records)
+        | sharded.per_spec(records)
         | asked.timed,
         interrupted=interrupted,
         ops=_per_op(listing, records),
         skips=_skips(listing, records),
         platform=_platform(records),
         cpu_wrong=_cpu_wrong(records),
+        lost_shardings=sharded.lost(records, asked.mesh) if asked.mesh else [],
         stale_graph=dict(asked.stale_graph),
         precision=grouping.precision(records),
         groups=tuple(found),
@@ -445,16 +446,6 @@ def _codes(records: list[Sample], found: list[Group]) -> dict[str, dict[str, Any
                 by_key[group.id] = dict(code or {}) | {"leaf": r.leaf}
                 break
     return by_key
-
-
-def _per_spec(records: list[Sample]) -> dict[str, float]:
-    """--mesh: the workers' seconds under each spec ("sharded 0@x"), summed over its samples
-    (each sample's unsharded control and sharded call, compiles included): what a spec costs."""
-    spent: dict[str, float] = collections.Counter()
-    for r in records:
-        if r.shard:
-            spent[f"sharded {r.shard}"] += r.seconds
-    return {spec: round(seconds, 1) for spec, seconds in spent.items()}
 
 
 def _per_op(listing: dict[str, Any], records: list[Sample]) -> list[dict[str, Any]]:

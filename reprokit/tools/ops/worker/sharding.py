@@ -76,8 +76,13 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fal
             if grad:
                 ins = [m for m, t in zip(moved, given, strict=True) if judge._needs_grad(t)]
                 out = judge.gradients(out, ins, dtype)
-        return [judge._on_cpu(leaf) for leaf in judge._fetched(tree_leaves(out))]
+        outs = tree_leaves(out)
+        results = [judge._on_cpu(leaf) for leaf in judge._fetched(outs)]
+        if marked:
+            ran.append((moved, outs))  # their shardings exist once run
+        return results
 
+    ran: list[tuple[list[Any], list[Any]]] = []  # the sharded call's arguments and results
     try:
         plain = laid_out(False)
     except judge.Skip:
@@ -92,10 +97,41 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fal
         return judge._differs("error", f"sharded {spec}: {judge._first_line(exc)}")
     if len(found) != len(plain):
         return judge._differs("shape", f"{len(found)} results sharded, {len(plain)} unsharded")
+    laid = "" if grad or view or not _elementwise(op) else _layout(*ran[0], sharded)
+    layout = {"layout": laid} if laid else {}
     if judge._identical(plain, found):
-        return {"verdict": "match"}
+        return {"verdict": "match"} | layout
     run = judge._runner(op, sample, dtype, grad=grad, inplace=False)
-    return _against_unsharded(op, sample, run, (plain, found), spec, grad=grad)
+    return _against_unsharded(op, sample, run, (plain, found), spec, grad=grad) | layout
+
+
+def _elementwise(op: Any) -> bool:
+    """An op whose result is laid out as its input is: OpInfo's unary and binary ufuncs."""
+    from torch.testing._internal.opinfo.core import BinaryUfuncInfo, UnaryUfuncInfo
+
+    return isinstance(op, UnaryUfuncInfo | BinaryUfuncInfo)
+
+
+def _layout(moved: list[Any], outs: list[Any], sharded: list[Any]) -> str:
+    """How the results of the first sharded argument's shape are laid out against it:
+    "kept" (each as the argument), "input's -> result's" in XLA's words where one is not
+    ("{devices=[2,1,2]0,1,2,3 ...} -> {replicated}": each device holds the whole result, memory
+    and not a wrong value), or "" where no result has that shape or nothing is sharded."""
+    import torch_xla
+
+    spec_of = torch_xla._XLAC._get_xla_sharding_spec
+    first = next((t for t, p in zip(moved, sharded, strict=True) if p), None)
+    like = [o for o in outs if isinstance(o, torch.Tensor) and o.is_xla and first is not None
+            and o.shape == first.shape]  # fmt: skip
+    if not like or spec_of(first) in ("", "{replicated}"):
+        return ""
+    lost = [got for o in like if (got := spec_of(o)) != spec_of(first)]
+    return f"{spec_of(first)} -> {lost[0] or 'none'}" if lost else "kept"
+    for out in outs:
+        if isinstance(out, torch.Tensor) and out.is_xla and out.shape == first.shape:
+            if (got := spec_of(out)) != (want := spec_of(first)):
+                return f"{want} -> {got or 'none'}"
+    return ""
 
 
 def _against_unsharded(op, sample, run, results, spec, *, grad: bool) -> dict[str, Any]:
