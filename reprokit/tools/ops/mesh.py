@@ -16,6 +16,7 @@ tensor; rank 2 and more).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from reprokit.errors import ReprokitError
@@ -63,3 +64,33 @@ def parse(text: str) -> tuple[int, ...]:
             hint="Give 1 to 3 axes of 2 devices or more, 8 in all: --mesh 4, 2x2 or 2x4.",
         )
     return mesh
+
+
+def features(spec: str, mesh: Sequence[int], described: dict[str, Any]) -> dict[str, Any]:
+    """--mesh: a sharded sample's features (what a sharding needs in order to differ): which
+    dims are split, over which mesh axes, the view, and whether XLA pads a split dim (its size,
+    the larger tensor's for a view, no multiple of its axes' devices)."""
+    placed, _, view = spec.partition("/")
+    parts = [part.split("@") for part in placed.split(",") if part != CONTROL]
+    padded = False
+    for shape in (_shape(t) for t in described.get("tensors", ())):
+        laid = placements(spec, len(shape)) if len(shape) and math.prod(shape) > 1 else None
+        whole = list(shape)
+        if view == "transpose" and len(whole) >= 2:
+            whole[0], whole[-1] = whole[-1], whole[0]
+        for d, axes in enumerate(laid or ()):
+            size = math.prod(mesh[AXES.index(a)] for a in axes or ())
+            grown = 2 if view == "slice" and d == next(i for i, a in enumerate(laid) if a) else 0
+            padded |= bool(axes) and (whole[d] + grown) % size != 0
+    return {
+        "sharded dims": ", ".join("first" if d == "0" else "last" for d, _ in parts) or "none",
+        "over axes": ", ".join(a for _, a in parts) or "none",
+        "view": view or "none",
+        "a sharded dim padded": padded,
+    }
+
+
+def _shape(described: str) -> tuple[int, ...]:
+    """``float32[5, 5]`` (samples.describe's words) as (5, 5)."""
+    inside = described.partition("[")[2].rstrip("]")
+    return tuple(int(n) for n in inside.split(",") if n.strip())

@@ -13,10 +13,10 @@ import pytest
 
 from reprokit.errors import ReprokitError
 from reprokit.records.ops import Group, read_ops
-from reprokit.tools.ops.harness.confirm import sharding
 from reprokit.tools.ops.harness.repro import repro_text
 from reprokit.tools.ops.harness.sweep import UNSHARDED_DEATH
 from reprokit.tools.ops.mesh import CONTROL, parse, placements, specs
+from reprokit.tools.ops.mesh import features as sharding
 
 
 def test_specs_split_each_dim_on_each_axis_both_axes_and_views():
@@ -159,13 +159,15 @@ def test_a_sharded_samples_features_name_the_split_and_its_padding(spec, tensor,
 
 
 def test_a_sharded_groups_trigger_says_what_the_sharding_needs(swept):
-    """Learnt from the op's samples under every spec (not confirmed on new samples: their
-    job knows no mesh)."""
+    """Learnt from the op's samples under every spec, then checked on new ones: its bases and
+    their mutants, each under every spec (the abort's new samples die as its witness does)."""
     sweep, _, _ = swept
     (abort,) = [g for g in sweep.groups if g.op == "scatter_add" and g.kind == "crash"]
     condition = abort.trigger.get("condition") or ""
     assert any(name in condition for name in ("over axes", "sharded dims", "padded"))
-    assert not abort.trigger.get("confirmed")
+    tested = abort.trigger["tested"]
+    assert abort.trigger["confirmed"] >= 1, abort.trigger  # a refuted one is said, not hidden
+    assert any(t["differs"] for t in tested) and all(", sharded " in t["what"] for t in tested)
 
 
 def test_gradients_are_judged_under_every_sharding(tmp_path):

@@ -6,8 +6,6 @@ samples that the workers make from the sweep's own and judge as they judge any s
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -16,7 +14,8 @@ import reprokit.tools.ops.trigger as trigger
 from reprokit.infra.caching import Store
 from reprokit.records.ops import Group, Sample
 from reprokit.tools.ops.harness.pool import Asking
-from reprokit.tools.ops.mesh import AXES, CONTROL, placements
+from reprokit.tools.ops.mesh import features as sharding
+from reprokit.tools.ops.mesh import specs
 
 LIMIT = 8  # new samples a group is checked with, at most
 BASES = 3  # differing and agreeing samples (each) its new samples are made from
@@ -36,8 +35,7 @@ def triggers(groups: list[Group], records: list[Sample], asking: Asking) -> list
     for g in groups:
         differ, agree = _split(g, by_pass.get((g.op, g.variant, g.backend, g.grad, g.inplace), []))
         learnt[g.id] = (differ, agree, trigger.learn([f for f, _ in differ], [f for f, _ in agree]))
-        # a sharded group's trigger is learnt only: the new samples' job knows no mesh
-        request = None if g.shard else _request(g, *learnt[g.id])
+        request = _request(g, *learnt[g.id])
         if request is not None and asking.pool is not None:
             # An op whose graph ignores an argument: new samples made by changing one argument
             # would get an earlier one's graph in a shared worker, each is judged alone
@@ -52,36 +50,6 @@ def _features(r: Sample) -> dict[str, Any] | None:
         return None
     sharded = sharding(r.shard, r.mesh, r.described) if r.shard else {}
     return dict(found) | {"dtype": r.dtype} | sharded
-
-
-def sharding(spec: str, mesh: Sequence[int], described: dict[str, Any]) -> dict[str, Any]:
-    """--mesh: a sharded sample's features (what a sharding needs in order to differ): which
-    dims are split, over which mesh axes, the view, and whether XLA pads a split dim (its size,
-    the larger tensor's for a view, no multiple of its axes' devices)."""
-    placed, _, view = spec.partition("/")
-    parts = [part.split("@") for part in placed.split(",") if part != CONTROL]
-    padded = False
-    for shape in (_shape(t) for t in described.get("tensors", ())):
-        laid = placements(spec, len(shape)) if len(shape) and math.prod(shape) > 1 else None
-        whole = list(shape)
-        if view == "transpose" and len(whole) >= 2:
-            whole[0], whole[-1] = whole[-1], whole[0]
-        for d, axes in enumerate(laid or ()):
-            size = math.prod(mesh[AXES.index(a)] for a in axes or ())
-            grown = 2 if view == "slice" and d == next(i for i, a in enumerate(laid) if a) else 0
-            padded |= bool(axes) and (whole[d] + grown) % size != 0
-    return {
-        "sharded dims": ", ".join("first" if d == "0" else "last" for d, _ in parts) or "none",
-        "over axes": ", ".join(a for _, a in parts) or "none",
-        "view": view or "none",
-        "a sharded dim padded": padded,
-    }
-
-
-def _shape(described: str) -> tuple[int, ...]:
-    """``float32[5, 5]`` (samples.describe's words) as (5, 5)."""
-    inside = described.partition("[")[2].rstrip("]")
-    return tuple(int(n) for n in inside.split(",") if n.strip())
 
 
 def _split(group: Group, records: list[Sample]) -> tuple[list, list]:
@@ -116,9 +84,10 @@ def _request(group: Group, differ: list, agree: list, learnt: list) -> dict[str,
     bases = []
     for side, differs in ((differ, True), (agree, False)):
         smallest = sorted(side, key=lambda fr: fr[1].described.get("numel", 0))
-        for _, r in smallest[:BASES]:
-            bases.append({"dtype": r.dtype, "edge": r.edge, "sample": r.sample, "differs": differs})
-    return {
+        for _, r in _distinct(smallest)[:BASES]:
+            base = {"dtype": r.dtype, "edge": r.edge, "sample": r.sample, "differs": differs}
+            bases.append(base | ({"shard": r.shard} if r.shard else {}))
+    return _mesh(group) | {
         "id": group.id,
         "op": group.op,
         "variant": group.variant,
@@ -130,6 +99,22 @@ def _request(group: Group, differ: list, agree: list, learnt: list) -> dict[str,
         "wanted": wanted,
         "limit": LIMIT,
     }
+
+
+def _mesh(group: Group) -> dict[str, Any]:
+    """A sharded group's new samples are its bases and their mutants under every spec."""
+    if not group.shard:
+        return {}
+    mesh = tuple(group.witness["mesh"])
+    return {"mesh": list(mesh), "specs": specs(mesh)}
+
+
+def _distinct(side: list[tuple]) -> list[tuple]:
+    """One record per sample (a sharded sample has one per spec): the bases' new samples are
+    made under every spec anyway."""
+    seen: set[tuple] = set()
+    return [fr for fr in side if (k := (fr[1].dtype, fr[1].edge, fr[1].sample)) not in seen
+            and not seen.add(k)]  # fmt: skip
 
 
 def _answers(requests: list[dict[str, Any]], asking: Asking) -> dict[str, list[dict[str, Any]]]:
@@ -151,7 +136,10 @@ def _answers(requests: list[dict[str, Any]], asking: Asking) -> dict[str, list[d
     shares = [share for share in (shared[i::jobs] for i in range(jobs)) if share]
     shares += [[r | {"only": k}] for r in pending if r.get("alone") for k in range(r["limit"])]
     with ThreadPoolExecutor(max(1, min(jobs, len(shares)))) as threads:
-        asked = ({"confirm": share, "backend": share[0]["backend"]} for share in shares)
+        asked = (
+            {"confirm": share, "backend": share[0]["backend"], "mesh": share[0].get("mesh")}
+            for share in shares
+        )
         answered = list(threads.map(asking.pool.answer, asked))
     got: dict[str, tuple[list[dict[str, Any]], bool]] = {}
     for lines in answered:  # a request judged alone comes back in pieces, in order

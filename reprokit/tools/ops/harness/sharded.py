@@ -8,7 +8,7 @@ import collections
 from typing import Any
 
 from reprokit.records.ops import Sample
-from reprokit.tools.ops.harness.confirm import sharding as features
+from reprokit.tools.ops.mesh import features
 
 
 def per_spec(records: list[Sample]) -> dict[str, float]:

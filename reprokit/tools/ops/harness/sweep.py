@@ -391,12 +391,10 @@ def _triggers(asked: _Asked, found: list[Group], records: list[Sample], pool: An
     graph's is its kind: a call with another argument before it."""
     begun = time.monotonic()
     order = {g.id: i for i, g in enumerate(found)}
-    # a stale graph's trigger is its kind (a sharded group's is learnt only: confirm.py)
-    kept = [g for g in found if g.kind == stale.KIND]
+    kept = [g for g in found if g.kind == stale.KIND]  # a stale graph's trigger is its kind
     found = [g for g in found if g.kind != stale.KIND]
-    checked = [g for g in found if not g.shard]  # a sharded group's is learnt only
-    if asked.announce and pool is not None and checked:
-        asked.announce(f"ops: the triggers of {len(checked)} groups, checked on new samples")
+    if asked.announce and pool is not None and found:
+        asked.announce(f"ops: the triggers of {len(found)} groups, checked on new samples")
     found = kept + confirm.triggers(found, records, asked.asking(pool))
     asked.timed["triggers"] = round(time.monotonic() - begun, 1)
     return sorted(found, key=lambda g: order[g.id])

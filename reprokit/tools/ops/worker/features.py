@@ -24,9 +24,11 @@ import torch
 from torch.testing._internal.opinfo.core import SampleInput
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+import reprokit.tools.ops.mesh as mesh
 import reprokit.tools.ops.trigger as trigger
 import reprokit.tools.ops.worker.judge as judge
 import reprokit.tools.ops.worker.samples as samples
+import reprokit.tools.ops.worker.sharding as sharding
 
 CHUNKS = ("chunks", "num_chunks", "sections")  # arguments that are a chunk count
 _NAMES: dict[tuple[str, str, int], list[str]] = {}
@@ -317,7 +319,8 @@ def confirm(
     op_db: list, job: dict[str, Any], out: IO[str], device: str, fallbacks: Callable
 ) -> None:
     """Each request's new samples made, chosen and judged as the sweep judges a sample, each
-    announced before it runs (``{"confirm": id, "begin": k, ...}``) and answered after."""
+    announced before it runs (``{"confirm": id, "begin": k, ...}``) and answered after. A
+    sharded group's (``mesh``) are each sample under each spec, judged against unsharded."""
     by_name = {(o.name, o.variant_test_name): o for o in op_db}
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # past the timeout the process dies: a hang
     for request in job["confirm"]:
@@ -327,33 +330,32 @@ def confirm(
             made = list(_made(op, request, (device, fallbacks, int(job["timeout"]))))
         except Exception:  # an odd sample: no new samples for this group, and no death
             made = []
-        picked = trigger.choose(rules, [(d, f) for d, _, _, f, _ in made], request["limit"])
+        picked = trigger.choose(rules, [(d, f) for d, _, _, f, _, _ in made], request["limit"])
         if "only" in request:  # one new sample in this fresh worker (confirm.py: stale ops)
             picked = picked[request["only"] : request["only"] + 1]
+        mesh = sharding.mesh_of(tuple(request["mesh"])) if request.get("mesh") else None
         for k in picked:
-            differs, what, sample, features, dtype = made[k]
+            differs, what, sample, features, dtype, spec = made[k]
             said = {"what": what, "dtype": dtype, "features": features, "from_differs": differs}
             _emit(out, {"confirm": request["id"], "begin": k} | said)
             signal.alarm(int(job["timeout"]))
             fallbacks(clear=True)
-            found = judge.judge(
-                op,
-                sample,
-                getattr(torch, dtype),
-                device,
-                grad=request["grad"],
-                fallbacks=fallbacks,
-                inplace=request["inplace"],
-            )
+            how = {"grad": request["grad"], "fallbacks": fallbacks}
+            if spec:
+                found = sharding.judge_sharded(op, sample, getattr(torch, dtype), spec, mesh, **how)
+            else:
+                found = judge.judge(
+                    op, sample, getattr(torch, dtype), device, inplace=request["inplace"], **how
+                )
             signal.alarm(0)
             _emit(out, {"confirm": request["id"], "record": found | said})
         _emit(out, {"confirm": request["id"], "done": True})
 
 
 def _made(op: Any, request: dict[str, Any], where: tuple) -> Iterator[tuple]:
-    """(from a differing sample, what changed, the new sample, its features, its dtype) for
-    every new sample of the request's bases (the sweep's samples made again, the edge ones
-    from the same base: the same lowering check)."""
+    """(from a differing sample, what changed, the new sample, its features, its dtype, its
+    spec) for every new sample of the request's bases (the sweep's samples made again, the edge
+    ones from the same base: the same lowering check)."""
     tasks: dict[tuple[str, bool], list[dict[str, Any]]] = {}
     for base in request["bases"]:
         tasks.setdefault((base["dtype"], base["edge"]), []).append(base)
@@ -366,7 +368,33 @@ def _made(op: Any, request: dict[str, Any], where: tuple) -> Iterator[tuple]:
             if i > max(wanted):
                 break
             if i in wanted:
-                yield from _mutated(op, sample, request["wanted"], wanted[i], f"sample {i}")
+                new = _mutated(op, sample, request["wanted"], wanted[i], f"sample {i}")
+                if request.get("mesh"):
+                    new = _laid_out(op, sample, new, request, wanted[i])
+                yield from new
+
+
+def _laid_out(
+    op: Any, sample: SampleInput, made: list[tuple], request: dict[str, Any], base: dict[str, Any]
+) -> list[tuple]:
+    """A sharded group's new samples: its base ``sample`` itself and each mutant, each under
+    every spec (what a sharded trigger names is mostly the spec: which dim, over which axes, a
+    view, a padded split), the spec's features added; "from a differing sample" only under the
+    base's own spec (under another, what the base shows is not known)."""
+    dtype = base["dtype"]
+    itself = (
+        base["differs"],
+        f"sample {base['sample']}",
+        sample,
+        of(op, sample) | {"dtype": dtype},
+    )
+    laid = []
+    for differs, what, new, seen, *_ in [itself, *made]:
+        for spec in request["specs"]:
+            spread = mesh.features(spec, request["mesh"], samples.describe(new))
+            from_differs = differs and spec == base["shard"]
+            laid.append((from_differs, f"{what}, sharded {spec}", new, seen | spread, dtype, spec))
+    return laid
 
 
 def _mutated(op: Any, sample: SampleInput, wanted: dict, base: dict, name: str) -> list[tuple]:
@@ -374,7 +402,7 @@ def _mutated(op: Any, sample: SampleInput, wanted: dict, base: dict, name: str) 
     try:
         dtype = base["dtype"]
         return [
-            (base["differs"], f"{name}: {what}", new, of(op, new) | {"dtype": dtype}, dtype)
+            (base["differs"], f"{name}: {what}", new, of(op, new) | {"dtype": dtype}, dtype, "")
             for what, new in mutants(op, sample, wanted)
         ]
     except Exception:
