@@ -232,15 +232,38 @@ def test_mesh_samples_judges_each_sharded_tasks_first_samples(tmp_path):
 
 
 def test_an_elementwise_result_that_loses_its_inputs_sharding_is_said(tmp_path):
-    """add's result is replicated where its sharded dim is padded (5 over 2 devices), and laid
-    out as its input where the split is even: memory, not values, so a table and no group."""
-    done = reprokit("ops", "add", "--mesh", "2x2", "--dtypes", "float32", "-n", "1",
+    """add's result, alone in its graph, comes back replicated where its sharded dim is padded
+    (5 over 2 devices: XLA's rule, by design) and laid out as its input where the split is
+    even; its in-place variant the same. Memory, not values: a summary and no group."""
+    done = reprokit("ops", "add", "--inplace", "--mesh", "2x2", "--dtypes", "float32", "-n", "1",
                     "-o", str(tmp_path / "out"), cache=tmp_path / "cache")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr  # no group: values all match
-    (found,) = read_ops(tmp_path / "out").lost_shardings
+    sweep = read_ops(tmp_path / "out")
+    (found,) = sweep.lost_shardings
     padded, even = found["padded"], found["even"]
     assert found["op"] == "add" and padded["lost"] == padded["checked"] > 0
     assert even["checked"] > 0 and even["lost"] == 0
     assert found["witness"]["lost"].endswith("-> {replicated}")
+    inplace = [r.layout for r in sweep.records if r.inplace and r.layout]
+    assert "kept" in inplace and any(lost.endswith("{replicated}") for lost in inplace)
     said = (tmp_path / "out" / "report.md").read_text()
-    assert f"| `add` | {padded['lost']} of {padded['checked']} | 0 of {even['checked']} |" in said
+    assert f"Padded splits: {padded['lost']} of {padded['checked']} elementwise results" in said
+    assert "No evenly split result lost its sharding." in said
+
+
+def test_an_evenly_split_result_that_loses_its_sharding_is_listed():
+    """A padded split lost is XLA's rule, counted once; an even one is a finding, in a table."""
+    from reprokit.records.ops import OpsSweep
+    from reprokit.reports.ops import markdown
+
+    lost = "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate} -> {replicated}"
+    witness = {"sample": 3, "shard": "0@x", "tensors": ["float32[4, 4]"], "numel": 16,
+               "lost": lost}  # fmt: skip
+    entry = {"op": "sin", "variant": "", "padded": {"checked": 5, "lost": 5},
+             "even": {"checked": 4, "lost": 1}, "witness": witness}  # fmt: skip
+    sweep = OpsSweep(argv=[], versions={}, backends=("xla_spmd",), dtypes=("float32",),
+                     grad=False, edge=False, seconds=1.0, mesh=(2, 2),
+                     lost_shardings=[entry])  # fmt: skip
+    said = markdown(sweep)
+    assert "Padded splits: 5 of 5 elementwise results of 1 op came back replicated" in said
+    assert "| `sin` | 1 of 4 | 5 of 5 | sample 3: float32[4, 4], 0@x: {devices=" in said

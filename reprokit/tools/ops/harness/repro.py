@@ -156,7 +156,8 @@ def _sharded_text(group: Any, code: dict[str, Any], call: str | None, saved: str
     witness = group.witness
     mesh = tuple(witness.get("mesh") or (2, 2))
     which = f"{'edge' if witness.get('edge') else 'OpInfo'} sample {witness['sample']}"
-    which += f"{', gradient' if group.grad else ''} sharded {group.shard}"
+    passed = ", gradient" if group.grad else ", in-place variant" if group.inplace else ""
+    which += f"{passed} sharded {group.shard}"
     found, call = _lookup(group, call, saved)
     text = _SHARDED_HEAD.format(
         title=title(group),

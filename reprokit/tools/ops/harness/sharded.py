@@ -38,9 +38,11 @@ def lost(records: list[Sample], mesh: tuple[int, ...]) -> list[dict[str, Any]]:
         entry[padded]["checked"] += 1
         if _lost(r):
             entry[padded]["lost"] += 1
-            smallest = entry["witness"]
-            if smallest is None or r.described.get("numel", 0) < smallest["numel"]:
-                entry["witness"] = _witness(r)
+            rank = (padded == "padded", r.described.get("numel", 0))  # an even split's first
+            if entry["witness"] is None or rank < entry["witness"]["rank"]:
+                entry["witness"] = _witness(r) | {"rank": rank}
+    for entry in found.values():
+        entry["witness"].pop("rank")
     return list(found.values())
 
 

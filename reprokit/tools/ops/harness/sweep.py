@@ -306,11 +306,10 @@ def _tasks(listing: dict[str, Any], asked: _Asked) -> list[Task]:
 
 
 def _sharded(tasks: list[Task], mesh: tuple[int, ...], limit: int) -> list[Task]:
-    """--mesh: each forward task (and gradient task, with --grad) once per sharding spec, on
-    SPMD, its first ``limit`` samples (0: all; the in-place variants are not swept yet)."""
-    kept = [t for t in tasks if not t.inplace]
+    """--mesh: each task (forward, and gradient with --grad, in-place with --inplace) once per
+    sharding spec, on SPMD, its first ``limit`` samples (0: all)."""
     return [replace(t, backend=SPMD, shard=spec, mesh=mesh, limit=limit)
-            for t in kept for spec in sharding_specs(mesh)]  # fmt: skip
+            for t in tasks for spec in sharding_specs(mesh)]  # fmt: skip
 
 
 def _stamped(task: Task, found: list[dict[str, Any]]) -> list[Sample]:

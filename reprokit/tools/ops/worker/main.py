@@ -291,8 +291,9 @@ class _Judging:
         self.fallbacks(clear=True)
         if task.get("shard"):  # against the same sample unsharded: sharding.py
             found = sharding.judge_sharded(
-                op, sample, dtype, task["shard"], self.mesh, grad=grad, fallbacks=self.fallbacks
-            )
+                op, sample, dtype, task["shard"], self.mesh, grad=grad, fallbacks=self.fallbacks,
+                inplace=inplace,
+            )  # fmt: skip
         else:
             found = judge.judge(
                 op, sample, dtype, self.device, grad=grad, fallbacks=self.fallbacks,

@@ -36,21 +36,23 @@ def judge_sharded(
     *,
     grad: bool = False,
     fallbacks: Any,
+    inplace: bool = False,
 ) -> dict[str, Any]:
-    """The verdict of one sample under ``spec`` (``grad``: of its arguments' gradients):
+    """The verdict of one sample under ``spec`` (``grad``: of its arguments' gradients;
+    ``inplace``: of the op's in-place variant, which writes into its laid-out input):
     ``match`` (the same as unsharded XLA, or within float64's rounding rule of it: sums
     reassociated across shards are precision, not a bug), ``differs`` (its kind and detail, in
     sharded and unsharded words) or ``skip``; with its seconds, as judge.judge's."""
     begun = time.monotonic()
     try:
-        found = _judged(op, sample, dtype, (spec, mesh), grad, fallbacks)
+        found = _judged(op, sample, dtype, (spec, mesh), (grad, inplace), fallbacks)
     except judge.Skip as why:
         found = {"verdict": "skip", "reason": str(why)}
     return found | {"seconds": round(time.monotonic() - begun, 4)}
 
 
-def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fallbacks: Any):
-    spec, mesh = on
+def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, passed: tuple, fallbacks: Any):
+    (spec, mesh), (grad, inplace) = on, passed
     leaves, tree = tree_flatten((sample.input, tuple(sample.args)))
     sharded = [placements(spec, t.dim()) if _shardable(t) else None for t in leaves]
     if spec != CONTROL and not any(sharded):
@@ -58,7 +60,7 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fal
     view = spec.partition("/")[2]
     if view == "transpose" and not any(p and len(p) >= 2 for p in sharded):
         raise judge.Skip("no sharded argument of rank 2 or more to transpose")
-    call = judge.call_for(op, sample, inplace=False)
+    call = judge.call_for(op, sample, inplace=inplace)
     kwargs = judge.move(sample, "xla")[2]
 
     def laid_out(marked: bool) -> list[Any]:
@@ -70,6 +72,7 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fal
         moved = [_placed(t, p, view, mesh if marked else None) if p else _moved(t)
                  for t, p in zip(given, sharded, strict=True)]  # fmt: skip
         input_, args = tree_unflatten(moved, tree)
+        laid = _first_laid(moved, sharded) if marked and not view else None
         torch.manual_seed(0)
         with torch.enable_grad() if grad else torch.no_grad():
             out = call(input_, *args, **kwargs)
@@ -79,10 +82,10 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fal
         outs = tree_leaves(out)
         results = [judge._on_cpu(leaf) for leaf in judge._fetched(outs)]
         if marked:
-            ran.append((moved, outs))  # their shardings exist once run
+            ran.append((laid, outs))  # the results' shardings exist once run
         return results
 
-    ran: list[tuple[list[Any], list[Any]]] = []  # the sharded call's arguments and results
+    ran: list[tuple[Any, list[Any]]] = []  # the sharded call's first argument and its results
     try:
         plain = laid_out(False)
     except judge.Skip:
@@ -97,11 +100,11 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, grad: bool, fal
         return judge._differs("error", f"sharded {spec}: {judge._first_line(exc)}")
     if len(found) != len(plain):
         return judge._differs("shape", f"{len(found)} results sharded, {len(plain)} unsharded")
-    laid = "" if grad or view or not _elementwise(op) else _layout(*ran[0], sharded)
+    laid = "" if grad or view or not _elementwise(op) else _layout(*ran[0])
     layout = {"layout": laid} if laid else {}
     if judge._identical(plain, found):
         return {"verdict": "match"} | layout
-    run = judge._runner(op, sample, dtype, grad=grad, inplace=False)
+    run = judge._runner(op, sample, dtype, grad=grad, inplace=inplace)
     return _against_unsharded(op, sample, run, (plain, found), spec, grad=grad) | layout
 
 
@@ -112,26 +115,29 @@ def _elementwise(op: Any) -> bool:
     return isinstance(op, UnaryUfuncInfo | BinaryUfuncInfo)
 
 
-def _layout(moved: list[Any], outs: list[Any], sharded: list[Any]) -> str:
-    """How the results of the first sharded argument's shape are laid out against it:
-    "kept" (each as the argument), "input's -> result's" in XLA's words where one is not
-    ("{devices=[2,1,2]0,1,2,3 ...} -> {replicated}": each device holds the whole result, memory
-    and not a wrong value), or "" where no result has that shape or nothing is sharded."""
+def _layout(laid: tuple[str, Any] | None, outs: list[Any]) -> str:
+    """How the results of the first sharded argument's shape are laid out against the sharding
+    it had (``laid``: its spec and shape, taken before the call, which an in-place variant
+    writes into): "kept", "input's -> result's" in XLA's words where one is not ("{devices=
+    [2,1,2]0,1,2,3 ...} -> {replicated}": each device holds the whole result, memory and not a
+    wrong value), or "" where no result has that shape or nothing was sharded."""
     import torch_xla
 
     spec_of = torch_xla._XLAC._get_xla_sharding_spec
-    first = next((t for t, p in zip(moved, sharded, strict=True) if p), None)
-    like = [o for o in outs if isinstance(o, torch.Tensor) and o.is_xla and first is not None
-            and o.shape == first.shape]  # fmt: skip
-    if not like or spec_of(first) in ("", "{replicated}"):
+    if laid is None or laid[0] in ("", "{replicated}"):
         return ""
-    lost = [got for o in like if (got := spec_of(o)) != spec_of(first)]
-    return f"{spec_of(first)} -> {lost[0] or 'none'}" if lost else "kept"
-    for out in outs:
-        if isinstance(out, torch.Tensor) and out.is_xla and out.shape == first.shape:
-            if (got := spec_of(out)) != (want := spec_of(first)):
-                return f"{want} -> {got or 'none'}"
-    return ""
+    want, shape = laid
+    like = [o for o in outs if isinstance(o, torch.Tensor) and o.is_xla and o.shape == shape]
+    lost = [got for o in like if (got := spec_of(o)) != want]
+    return f"{want} -> {lost[0] or 'none'}" if lost else "kept" if like else ""
+
+
+def _first_laid(moved: list[Any], sharded: list[Any]) -> tuple[str, Any] | None:
+    """The first sharded argument's spec and shape, as mark_sharding left them."""
+    import torch_xla
+
+    first = next((t for t, p in zip(moved, sharded, strict=True) if p), None)
+    return None if first is None else (torch_xla._XLAC._get_xla_sharding_spec(first), first.shape)
 
 
 def _against_unsharded(op, sample, run, results, spec, *, grad: bool) -> dict[str, Any]:
