@@ -112,9 +112,10 @@ def _mesh(group: Group) -> dict[str, Any]:
 def _distinct(side: list[tuple]) -> list[tuple]:
     """One record per sample (a sharded sample has one per spec): the bases' new samples are
     made under every spec anyway."""
-    seen: set[tuple] = set()
-    return [fr for fr in side if (k := (fr[1].dtype, fr[1].edge, fr[1].sample)) not in seen
-            and not seen.add(k)]  # fmt: skip
+    kept: dict[tuple, tuple] = {}
+    for fr in side:
+        kept.setdefault((fr[1].dtype, fr[1].edge, fr[1].sample), fr)
+    return list(kept.values())
 
 
 def _answers(requests: list[dict[str, Any]], asking: Asking) -> dict[str, list[dict[str, Any]]]:

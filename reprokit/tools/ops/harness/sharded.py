@@ -28,6 +28,7 @@ def lost(records: list[Sample], mesh: tuple[int, ...]) -> list[dict[str, Any]]:
     smallest witness."""
     losing = {(r.op, r.variant) for r in records if _lost(r)}
     found: dict[tuple[str, str], dict[str, Any]] = {}
+    ranks: dict[tuple[str, str], tuple[bool, int]] = {}  # the witness's: an even split's first
     for r in records:
         if (r.op, r.variant) not in losing or not r.layout:  # "": not checked
             continue
@@ -38,11 +39,9 @@ def lost(records: list[Sample], mesh: tuple[int, ...]) -> list[dict[str, Any]]:
         entry[padded]["checked"] += 1
         if _lost(r):
             entry[padded]["lost"] += 1
-            rank = (padded == "padded", r.described.get("numel", 0))  # an even split's first
-            if entry["witness"] is None or rank < entry["witness"]["rank"]:
-                entry["witness"] = _witness(r) | {"rank": rank}
-    for entry in found.values():
-        entry["witness"].pop("rank")
+            rank = (padded == "padded", r.described.get("numel", 0))
+            if rank < ranks.get((r.op, r.variant), (True, 2**62)):
+                ranks[(r.op, r.variant)], entry["witness"] = rank, _witness(r)
     return list(found.values())
 
 
