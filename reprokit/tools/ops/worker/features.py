@@ -340,13 +340,11 @@ def confirm(
             _emit(out, {"confirm": request["id"], "begin": k} | said)
             signal.alarm(int(job["timeout"]))
             fallbacks(clear=True)
-            how = {"grad": request["grad"], "fallbacks": fallbacks}
+            how = {"grad": request["grad"], "fallbacks": fallbacks, "inplace": request["inplace"]}
             if spec:
                 found = sharding.judge_sharded(op, sample, getattr(torch, dtype), spec, mesh, **how)
             else:
-                found = judge.judge(
-                    op, sample, getattr(torch, dtype), device, inplace=request["inplace"], **how
-                )
+                found = judge.judge(op, sample, getattr(torch, dtype), device, **how)
             signal.alarm(0)
             _emit(out, {"confirm": request["id"], "record": found | said})
         _emit(out, {"confirm": request["id"], "done": True})
