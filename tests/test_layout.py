@@ -538,6 +538,44 @@ def test_the_side_check_finds_a_crossing():
     ]
 
 
+def protocol_breaches(protocol: type, cls: type) -> list[str]:
+    """The methods of ``protocol`` that ``cls`` lacks, or takes other parameters for."""
+    import inspect
+
+    found = []
+    for name, method in vars(protocol).items():
+        if name.startswith("_") or not callable(method):
+            continue
+        mine = getattr(cls, name, None)
+        if mine is None:
+            found.append(f"{cls.__name__} has no {name}")
+        elif list(inspect.signature(mine).parameters) != list(inspect.signature(method).parameters):
+            found.append(f"{cls.__name__}.{name} takes other parameters")
+    return found
+
+
+def test_both_pools_are_the_op_sweeps_workers():
+    """The sweep types its workers by the Workers protocol: Pool and RayPool each give it."""
+    from reprokit.tools.ops.harness.cluster import RayPool
+    from reprokit.tools.ops.harness.pool import Pool, Workers
+
+    assert protocol_breaches(Workers, Pool) == [] and protocol_breaches(Workers, RayPool) == []
+
+
+def test_the_protocol_check_finds_a_missing_or_changed_method():
+    from reprokit.tools.ops.harness.pool import Workers
+
+    class Half:
+        def close(self) -> None: ...
+
+        def run(self, tasks: list) -> None: ...
+
+    assert protocol_breaches(Workers, Half) == [
+        "Half has no listing", "Half has no answer", "Half has no in_flight",
+        "Half.run takes other parameters",
+    ]  # fmt: skip
+
+
 SHARED = {"-n", "--timeout", "--cold", "--no-cache"}  # declared once: cli/app.py, run_flags.py
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from reprokit.infra.caching import Store
 from reprokit.records import Status
@@ -92,7 +92,7 @@ class Asking:
     asked, as after an interrupt), how many workers at once, and what the cache keys hold
     besides the question (the versions, the workers' code)."""
 
-    pool: Any = None  # a Pool, or cluster.py's RayPool
+    pool: Workers | None = None
     jobs: int = 1
     versions: dict[str, str] = field(default_factory=dict)
     code: list[str | None] = field(default_factory=list)
@@ -106,6 +106,26 @@ class Asking:
 
     def _key(self, question: Any) -> str:
         return Store.key(question, self.versions, self.code)
+
+
+class Workers(Protocol):
+    """What a sweep asks of its workers, here (:class:`Pool`) or on a Ray cluster
+    (cluster.py's RayPool)."""
+
+    def close(self) -> None: ...
+
+    def listing(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+    def answer(self, job: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+    def in_flight(self) -> int: ...
+
+    def run(
+        self,
+        tasks: list[Task],
+        done: Callable[[Task, list[dict[str, Any]]], None],
+        tick: Callable[[], None] | None = None,
+    ) -> None: ...
 
 
 @dataclass

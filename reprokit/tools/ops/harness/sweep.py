@@ -29,7 +29,7 @@ from reprokit.infra.caching import Store, file_digest
 from reprokit.records.ops import REPROS, Group, OpsSweep, Sample, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
-from reprokit.tools.ops.harness.pool import Asking, Pool, Task
+from reprokit.tools.ops.harness.pool import Asking, Pool, Task, Workers
 from reprokit.tools.ops.mesh import CONTROL
 from reprokit.tools.ops.mesh import specs as sharding_specs
 
@@ -98,7 +98,7 @@ class _Asked:
     # names the same worker code, even if a file changes while it runs
     code: list[str | None] = field(default_factory=lambda: [file_digest(p) for p in SOURCES])
 
-    def asking(self, pool: Pool | None) -> Asking:
+    def asking(self, pool: Workers | None) -> Asking:
         """How stale.py and confirm.py ask ``pool``'s workers and cache their answers."""
         return Asking(pool, self.options.jobs, self.versions, self.code, self.cache)
 
@@ -183,7 +183,7 @@ def _from_cache(tasks: list[Task], asked: _Asked, records: list[Sample]) -> list
 
 
 def _judge(
-    pool: Pool,
+    pool: Workers,
     pending: list[Task],
     total: int,
     asked: _Asked,
@@ -223,12 +223,12 @@ _TORCHAX = (
 )
 
 
-def _pool(options: Options, scratch: Path, witness: Path, **how: Any) -> Pool:
+def _pool(options: Options, scratch: Path, witness: Path, **how: Any) -> Workers:
     """The sweep's workers: here, or on a Ray cluster (``--executor ray``: cluster.py)."""
     if options.executor == "ray":  # imported only then: Ray is an optional extra
         from reprokit.tools.ops.harness.cluster import RayPool
 
-        return RayPool(options, scratch, witness, **how)  # type: ignore[return-value]
+        return RayPool(options, scratch, witness, **how)
     return Pool(options, scratch, witness, **how)
 
 
@@ -263,7 +263,7 @@ def _key(task: Task, asked: _Asked) -> str:
     return Store.key(task.to_json(), asked.versions, asked.code)
 
 
-def _listing(pool: Pool, names: list[str], asked: _Asked, *, cache: bool) -> dict[str, Any]:
+def _listing(pool: Workers, names: list[str], asked: _Asked, *, cache: bool) -> dict[str, Any]:
     """The OpInfos asked for, listed by a worker (cached: the list of an unchanged torch)."""
     request = {"names": list(names), "dtypes": list(asked.dtypes), "grad": asked.grad}
     store = Store("ops-listing")
@@ -319,7 +319,7 @@ def _stamped(task: Task, found: list[dict[str, Any]]) -> list[Sample]:
 
 
 def _finish(
-    asked: _Asked, judged: _Judged, *, interrupted: bool, pool: Pool | None = None
+    asked: _Asked, judged: _Judged, *, interrupted: bool, pool: Workers | None = None
 ) -> OpsSweep:
     """Groups with their triggers (checked on new samples by ``pool``'s workers unless
     interrupted), their repros (run alone unless interrupted), ops.json and report.md."""
@@ -374,7 +374,7 @@ def _sample_key(r: Sample) -> tuple:
     return (r.op, r.variant, r.dtype, r.edge, r.sample)
 
 
-def _stale_graphs(asked: _Asked, records: list[Sample], pool: Any) -> list[Sample]:
+def _stale_graphs(asked: _Asked, records: list[Sample], pool: Workers | None) -> list[Sample]:
     """The records with each stale-graph candidate judged alone and after its first call in
     fresh workers (stale.py), the probes counted in ``asked.stale_graph``."""
     begun = time.monotonic()
@@ -385,7 +385,9 @@ def _stale_graphs(asked: _Asked, records: list[Sample], pool: Any) -> list[Sampl
     return records
 
 
-def _triggers(asked: _Asked, found: list[Group], records: list[Sample], pool: Any) -> list[Group]:
+def _triggers(
+    asked: _Asked, found: list[Group], records: list[Sample], pool: Workers | None
+) -> list[Group]:
     """Each group's trigger (confirm.py), its new samples' time in the timings. A stale
     graph's is its kind: a call with another argument before it."""
     begun = time.monotonic()
