@@ -426,6 +426,45 @@ def test_the_name_check_finds_a_hand_spelled_file_name():
     assert spelled_names(source, {"worker.py"}) == [(2, "report.md")]
 
 
+# And every folder of ours joined to a path (``out_dir / "candidates"``): spelled in records/
+# too. A name joined outside records/ is a module's source (its file or package folder) or
+# names no folder of ours: another program's layout.
+NOT_OUR_FOLDERS = {
+    ".metadata",  # torch.distributed.checkpoint's own file, in a user's checkpoint folder
+    "pyvenv.cfg", "bin", "python",  # a virtual environment's (uv's)
+    "vfio", "accel*", "vendor", "device",  # the machine's /dev and /sys (environment/machine.py)
+    ".cache", "reprokit",  # XDG's cache folder and ours in it (infra/caching.py)
+    "_builtin",  # the wheel's packaged templates and cases
+}  # fmt: skip
+
+
+def joined_names(source: str, sources: set[str]) -> list[tuple[int, str]]:
+    """The names ``source`` joins to a path as strings (``path / "name"``) that are neither one
+    of ``sources`` (the package's modules and folders) nor in NOT_OUR_FOLDERS."""
+    return sorted(
+        (node.lineno, node.right.value) for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+        and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)
+        and node.right.value not in sources | NOT_OUR_FOLDERS
+    )  # fmt: skip
+
+
+def test_every_folder_joined_is_spelled_in_records():
+    sources = {path.name for path in PACKAGE.rglob("*") if path.suffix == ".py" or path.is_dir()}
+    joined = {
+        path.relative_to(PACKAGE).as_posix(): found
+        for path in PACKAGE.rglob("*.py")
+        if not path.is_relative_to(PACKAGE / "records")
+        and (found := joined_names(path.read_text("utf-8"), sources))
+    }
+    assert joined == {}
+
+
+def test_the_join_check_finds_a_hand_joined_folder():
+    source = 'a = out_dir / "candidates" / f"batch-{n}"\nb = root / "worker" / "main.py"\n'
+    assert joined_names(source, {"worker", "main.py"}) == [(1, "candidates")]
+
+
 def defined_twice(sources: dict[str, str]) -> dict[str, list[str]]:
     """Class names defined in more than one of ``sources`` (module -> its source)."""
     defined: dict[str, list[str]] = {}

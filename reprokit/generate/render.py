@@ -33,6 +33,7 @@ from reprokit.errors import ReprokitError, ReprokitWarning
 from reprokit.generate.templates import template_dirs
 from reprokit.generate.variables import with_variables
 from reprokit.infra.caching import cache_root, file_digest
+from reprokit.records.folder import RENDERED
 
 COMMENT_WIDTH = 96  # a wrapped comment line, "# " included, stays within 98 columns
 # the torch.optim class of each `optimizer` choice of the built-in templates
@@ -159,7 +160,7 @@ def environment(dirs: tuple[Path, ...], cache: Path | None = None) -> SandboxedE
 
 @cache
 def _compiled_templates(root: Path) -> Path:
-    return root / "templates" / str(file_digest(Path(__file__)))[:16]
+    return root / RENDERED / str(file_digest(Path(__file__)))[:16]
 
 
 @lru_cache(maxsize=64)

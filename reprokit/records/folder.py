@@ -46,6 +46,12 @@ CHILD_OUTPUT = "out.json"  # and its answer
 WORKER_JOB = "job.json"  # an op worker's batch of tasks, in its working folder
 WORKER_ANSWERS = "out.jsonl"  # and its answers, a JSON line per sample
 WORKER_FEED_END = "end"  # in a fed worker's feed folder: no batch follows
+WORKER_FEED = "feed"  # a fed worker's folder of batches, in its working folder
+CACHED_STAGE = "stage"  # a results cache entry's stage folder, beside its record
+RENDERED = "templates"  # the cache's folder of compiled templates, by render.py's digest
+ALONE_FOLDER = "repro"  # a repro run alone: its own folder, holding nothing but what it reads
+XLA_DUMP = "dump"  # XLA's --xla_dump_to folder, in a tool's scratch
+RUN_LOCK = ".reprokit.lock"  # a run folder's lock: one run writes it at a time
 
 
 def worker_batch(number: int) -> str:

@@ -12,6 +12,9 @@ from reprokit.records._json import from_json
 # What `reprokit minimize -o OUT` writes beside OUT/summary.json
 MINIMAL_CASE = "minimal.toml"  # the smallest case that still fails
 MINIMAL_PROGRAM = "minimal.pt2"  # a captured program's smallest graph
+PROGRAMS = "programs"  # minimize's folder of the programs it built
+CANDIDATES = "candidates"  # and of each batch of candidates it ran
+GRADIENT = "gradient"  # and of the gradient check's runs
 REPRO_STAGES = "repro_stages.py"  # that graph's repro, stage by stage (repro.py is the short one)
 REPRO_STAGES_INPUTS = "repro_stages.inputs.pt"  # its inputs, apart from the short repro's
 SHORT_INPUTS = "inputs.pt"  # the short repro's, only where neither literals nor draws do

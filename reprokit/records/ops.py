@@ -15,6 +15,8 @@ from reprokit.records._json import from_json, write_json
 
 OPS = "ops.json"
 REPROS = "repro_*"  # every group's repro and its tensors, in the sweep's folder
+ALONE_RUNS = ".alone"  # in the sweep's folder: each repro's run alone
+WORKERS_SCRATCH = ".workers"  # and the workers' job files and logs
 
 
 def repro_name(group_id: str, suffix: str = ".py") -> str:

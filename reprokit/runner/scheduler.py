@@ -41,6 +41,7 @@ from reprokit.infra.pause import pause
 from reprokit.infra.redact import redact_text
 from reprokit.infra.torch_import import import_module
 from reprokit.records import Outcome, RunSummary, Stage, StageResult, Status, VariantResult
+from reprokit.records.folder import RUN_LOCK
 from reprokit.runner import backends
 from reprokit.runner.dag import blocked
 from reprokit.runner.options import Options
@@ -112,7 +113,7 @@ def run(
 def _lock(run_dir: Path) -> filelock.BaseFileLock:
     """The run folder, held by this run alone."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(run_dir / ".reprokit.lock")
+    lock = filelock.FileLock(run_dir / RUN_LOCK)
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.records import Whose
-from reprokit.records.folder import SCRIPT
+from reprokit.records.folder import SCRIPT, XLA_DUMP
 from reprokit.records.minimize import SHORT_INPUTS
 from reprokit.runner.options import Options
 
@@ -182,7 +182,7 @@ class _Tries:
 
     def __init__(self, write: Callable[[Path], None], options: Options, scratch: Path) -> None:
         self.write, self.options, self.scratch = write, options, scratch
-        self.dump = scratch / "dump"
+        self.dump = scratch / XLA_DUMP
         self.runs, self.started = 0, time.monotonic()
 
     def run(self, flags: str, *, dump: bool = False) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reprokit.records import Status
-from reprokit.records.folder import REPRO_OUT, SCRIPT, VariantFolder
+from reprokit.records.folder import ALONE_FOLDER, REPRO_OUT, SCRIPT, VariantFolder
 from reprokit.runner.backends import stage_env
 from reprokit.runner.options import Options
 from reprokit.runner.processes.stage import LocalExecutor, run_command
@@ -66,7 +66,7 @@ def run_alone(
     env = stage_env("xla", options.xla_device, base=kept) | dict(extra or {})
     command = [options.python, SCRIPT] if executor else [options.python, "-I", SCRIPT]
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
-        where = Path(scratch) / "repro"  # the repro's folder holds nothing but what it reads
+        where = Path(scratch) / ALONE_FOLDER  # the repro's folder holds nothing but what it reads
         where.mkdir()
         write(where)
         result = run_command(

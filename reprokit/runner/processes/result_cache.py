@@ -38,6 +38,7 @@ from reprokit.infra.caching import Store, content_digest, read_json
 from reprokit.records import Stage, StageResult, Status, write_json
 from reprokit.records.folder import (
     CACHED_RECORD,
+    CACHED_STAGE,
     CASE_FILE,
     HLO,
     RESULT,
@@ -136,7 +137,7 @@ class CachingExecutor:
             return None
         target = stage_path(job.folder, job.stage.name)
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(entry / "stage", target, symlinks=True)
+        shutil.copytree(entry / CACHED_STAGE, target, symlinks=True)
         return replace(result, reused=data.get("run"))
 
     def _put(self, key: str, job: StageJob, result: StageResult) -> None:
@@ -147,7 +148,7 @@ class CachingExecutor:
         run = str(self.run_dir.resolve())
 
         def fill(entry: Path) -> None:
-            shutil.copytree(source, entry / "stage", symlinks=True)
+            shutil.copytree(source, entry / CACHED_STAGE, symlinks=True)
             write_json(entry / CACHED_RECORD, {"result": result.to_json(), "run": run})
 
         self.store.put_folder(key, fill)  # None: another run kept it first, or the disk is full

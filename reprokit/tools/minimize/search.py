@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from reprokit.generate.render import render
 from reprokit.generate.variants import Variant
 from reprokit.records import VariantResult
+from reprokit.records.minimize import CANDIDATES
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import Interrupted, run
 from reprokit.tools.minimize.candidate_cache import Cache
@@ -74,7 +75,7 @@ class Runner:
         if todo:
             self.batches += 1
             self.runs += len(todo)
-            folder = self.out_dir / "candidates" / f"batch-{self.batches:03d}"
+            folder = self.out_dir / CANDIDATES / f"batch-{self.batches:03d}"
             chosen = [variants[keys.index(k)] for k in todo]
             summary = run(chosen, run_dir=folder, options=self.options)
             for key, result in zip(todo, summary.variants, strict=True):

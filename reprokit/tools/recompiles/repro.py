@@ -18,7 +18,7 @@ from pathlib import Path
 
 from reprokit.infra.python_source import parse_python
 from reprokit.records._json import write_json
-from reprokit.records.folder import SCRIPT
+from reprokit.records.folder import ALONE_FOLDER, SCRIPT
 from reprokit.records.recompiles import (
     RECOMPILE_REPRO,
     RECOMPILES,
@@ -92,7 +92,9 @@ def recompile_repro(
     kept = ddmin(lines, one_by_one(holds))
     places = sum(c.cause is Cause.FIRST for c in held[tuple(kept)].compiles)
     text = "\n".join(kept) + "\n" + FOOTER.format(expected=places)
-    ran = run_alone(lambda where: (where / SCRIPT).write_text(text), options, scratch / "alone")
+    ran = run_alone(
+        lambda where: (where / SCRIPT).write_text(text), options, scratch / ALONE_FOLDER
+    )
     shown = ran.transcript(options.xla_device)
     found = (target.number, len(kept), len(lines), text, shown, ran.returncode, runs[0])
     return RecompileRepro(*found)

@@ -39,7 +39,14 @@ from reprokit.records import (
     read_summary,
     write_summary,
 )
-from reprokit.records.minimize import MINIMAL_PROGRAM, GraphShrink, Step
+from reprokit.records.minimize import (
+    CANDIDATES,
+    GRADIENT,
+    MINIMAL_PROGRAM,
+    PROGRAMS,
+    GraphShrink,
+    Step,
+)
 from reprokit.runner.options import Options
 from reprokit.runner.processes.alone import keep_output
 from reprokit.runner.scheduler import Interrupted
@@ -89,7 +96,7 @@ def minimize_graph(
         )
     runner = Runner.into(out_dir, options, budget, cache)
     original = program.load(Path(variant.params["program"]))
-    programs = Programs(original, variant, runner.out_dir / "programs")
+    programs = Programs(original, variant, runner.out_dir / PROGRAMS)
     start, searches = time.monotonic(), _Searches()
 
     def work() -> None:
@@ -234,7 +241,7 @@ def _run_short(
     difference, XLA's passes asked on it whose the bug is."""
     out_dir = runner.out_dir
     ran = keep_output(written, [out_dir, out_dir / label], runner.options,
-                      out_dir / "candidates")  # fmt: skip
+                      out_dir / CANDIDATES)  # fmt: skip
     if not ran.shows() or record.graph is None:
         return record
     found = whose(written, runner.options, out_dir / WHOSE)  # XLA's passes on the short repro
@@ -301,7 +308,7 @@ def gradient_repro(
         text = short.short_repro(original, best, minimal, inputs, None, gradient=found)
         stored = short.stored(inputs, values)
         written = functools.partial(short.write, script=text, stored_values=stored)
-        if gradient.reproduces(written, runner.options, runner.out_dir / "gradient"):
+        if gradient.reproduces(written, runner.options, runner.out_dir / GRADIENT):
             return text, stored, "random" if drawn else "stored" if stored else "literals"
     return None
 

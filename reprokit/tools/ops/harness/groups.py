@@ -18,7 +18,7 @@ import reprokit.tools.ops.harness.repro as repro
 from reprokit.infra import known
 from reprokit.infra.caching import Store, file_digest
 from reprokit.records.folder import SCRIPT
-from reprokit.records.ops import Group, Sample, hlo_name, repro_name
+from reprokit.records.ops import ALONE_RUNS, Group, Sample, hlo_name, repro_name
 from reprokit.runner.options import Options
 from reprokit.runner.processes.alone import run_alone
 from reprokit.runner.processes.warm import WarmExecutor
@@ -260,7 +260,7 @@ def check_alone(
     """Each repro run alone (``jobs`` at a time), the answer cached by the script's bytes:
     ``reproduces_alone`` and what it printed."""
     store = Store("ops-alone")
-    scratch = out_dir / ".alone"
+    scratch = out_dir / ALONE_RUNS
     options = replace(options, timeout=ALONE_TIMEOUT)
     executor = WarmExecutor(options) if options.warm else None
 

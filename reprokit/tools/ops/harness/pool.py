@@ -25,6 +25,7 @@ from reprokit.infra.caching import Store
 from reprokit.records import Status
 from reprokit.records.folder import (
     WORKER_ANSWERS,
+    WORKER_FEED,
     WORKER_FEED_END,
     WORKER_JOB,
     child_logs,
@@ -247,7 +248,7 @@ class Pool:
         (each a file in its ``feed`` folder), until none is left; the batch left to do when it
         died (else None)."""
         folder = self._folder()
-        feed = folder / "feed"
+        feed = folder / WORKER_FEED
         feed.mkdir()
         _feed(feed, 0, batch)
         job = {

@@ -26,7 +26,7 @@ import reprokit.tools.ops.harness.sharded as sharded
 import reprokit.tools.ops.harness.stale as stale
 from reprokit.errors import ReprokitError
 from reprokit.infra.caching import Store, file_digest
-from reprokit.records.ops import REPROS, Group, OpsSweep, Sample, write_ops
+from reprokit.records.ops import REPROS, WORKERS_SCRATCH, Group, OpsSweep, Sample, write_ops
 from reprokit.reports.ops import write_report
 from reprokit.runner.options import Options
 from reprokit.tools.ops.harness.pool import Asking, Pool, Task, Workers
@@ -146,7 +146,7 @@ def sweep_ops(
     )  # fmt: skip
     asked.out_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    scratch = asked.out_dir / ".workers"
+    scratch = asked.out_dir / WORKERS_SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
     pool = _pool(asked.options, scratch, Store(WITNESS).folder, timeout=timeout, stop=stop)
     try:
