@@ -465,6 +465,48 @@ def test_the_join_check_finds_a_hand_joined_folder():
     assert joined_names(source, {"worker", "main.py"}) == [(1, "candidates")]
 
 
+CAPTURE_TEMPLATES = {"exported_program", "training_program"}
+
+
+def captured_asked(source: str) -> list[tuple[int, str]]:
+    """Where ``source`` asks "a captured program?" itself: a capture template's name spelled,
+    or ``"program" in ...`` / ``.get("program")`` (records.run.captured is the one way)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and node.value in CAPTURE_TEMPLATES:
+            found.append((node.lineno, node.value))
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant):
+            if node.left.value == "program" and isinstance(node.ops[0], ast.In | ast.NotIn):
+                found.append((node.lineno, '"program" in'))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "get":
+            if (
+                node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == "program"
+            ):
+                found.append((node.lineno, '.get("program")'))
+    return sorted(found)
+
+
+def test_a_captured_program_is_asked_one_way():
+    asked = {
+        path.relative_to(PACKAGE).as_posix(): found
+        for path in PACKAGE.rglob("*.py")
+        if not path.is_relative_to(PACKAGE / "records")
+        and (found := captured_asked(path.read_text("utf-8")))
+    }
+    assert asked == {}
+
+
+def test_the_captured_check_finds_each_way_to_ask():
+    source = (
+        'a = v.template.name == "exported_program"\nb = "program" in v.variant\n'
+        'c = v.params.get("program")\nd = v.captured\n'
+    )
+    assert captured_asked(source) == [(1, "exported_program"), (2, '"program" in'),
+                                      (3, '.get("program")')]  # fmt: skip
+
+
 def defined_twice(sources: dict[str, str]) -> dict[str, list[str]]:
     """Class names defined in more than one of ``sources`` (module -> its source)."""
     defined: dict[str, list[str]] = {}

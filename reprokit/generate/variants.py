@@ -22,6 +22,7 @@ from reprokit.errors import ReprokitError
 from reprokit.generate.cases import Case, find_cases, load_case
 from reprokit.generate.templates import Template
 from reprokit.records import EnvSpec, VariantResult
+from reprokit.records.run import captured
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class Variant:
     @property
     def template(self) -> Template:
         return self.case.template
+
+    @property
+    def captured(self) -> bool:
+        return captured(self.params)
 
     def with_params(self, params: Mapping[str, Any], *, name: str | None = None) -> Variant:
         """A variant of its own with every parameter given (a minimizer's candidate, a

@@ -17,6 +17,15 @@ from reprokit.records.minimize import MinimizeResult
 from reprokit.records.xla import XlaEvidence
 
 SUMMARY = "summary.json"
+EXPORTED = "exported_program"  # the template of a program captured for inference (capture)
+TRAINING = "training_program"  # and of a training step (capture --train)
+PROGRAM = "program"  # both templates' parameter: the .pt2 the variant runs
+
+
+def captured(params: Mapping[str, Any]) -> bool:
+    """Whether a variant's ``params`` run a captured program (a ``program`` of either template):
+    the one predicate, for a variant (generate) and its record (here)."""
+    return bool(params.get(PROGRAM))
 
 
 class Outcome(enum.StrEnum):
@@ -216,6 +225,10 @@ class VariantResult:
     def __post_init__(self) -> None:  # the dict it was: {"name": ..., "requirements": [...]}
         if isinstance(self.env, Mapping):
             object.__setattr__(self, "env", EnvSpec.from_json(self.env))
+
+    @property
+    def captured(self) -> bool:
+        return captured(self.variant)
 
     @property
     def base_label(self) -> str:

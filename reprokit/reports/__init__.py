@@ -90,7 +90,7 @@ def _next_step(summary: RunSummary, run_dir: Path, found: Issue | None) -> str |
         return None
     (variant,) = problems(summary)  # an issue is the report of a run's one problem
     case = VariantFolder(run_dir / variant.label).case
-    if "program" not in variant.variant or not case.is_file():
+    if not variant.captured or not case.is_file():
         return None
     return minimize_hint(run_dir, variant.label)  # quoted: pasted into a shell as it is
 

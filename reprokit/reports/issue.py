@@ -292,9 +292,9 @@ def _repro(variant: VariantResult, run_dir: Path) -> dict:
         output = Path(run_dir) / variant.label / REPRO_OUT
         said = output.read_text(encoding="utf-8") if output.is_file() else None
         return none | {"repro": found, "output": said}
-    if "program" not in variant.variant and found.lines <= MAX_FOLDED:
+    if not variant.captured and found.lines <= MAX_FOLDED:
         return none | {"repro": found}
-    what = "the captured program's every operation" if "program" in variant.variant else "it"
+    what = "the captured program's every operation" if variant.captured else "it"
     return none | {"elsewhere": (
         f"`{variant.label}/repro.py` in the attached `bundle.zip` ({found.lines} lines; torch "
         f"and torch_xla) runs {what} on each backend and compares them: "

@@ -88,7 +88,7 @@ def own_failure(variant: VariantResult) -> Issue | None:
                 "holds the stage's log.")  # fmt: skip
         return _failed(own, f"{OWN}: stage `{own.name}` could not save its tensors", (text,))
     cpu = next((s for s in failed if s.backend == "cpu" and s.error), None)
-    if cpu is None or "program" not in variant.variant:
+    if cpu is None or not variant.captured:
         return None
     dtype = variant.variant.get("dtype", "")
     said = f"Stage `{cpu.name}` ({cpu.backend}) {_ended(cpu)}."

@@ -25,10 +25,11 @@ from typing import Any
 
 from reprokit.generate.variants import Variant
 from reprokit.records import Outcome, RunSummary, Triage, VariantResult, write_summary
+from reprokit.records.run import EXPORTED
 from reprokit.runner.options import Options
 from reprokit.runner.scheduler import run
 
-TEMPLATE = "exported_program"  # the template whose variants have a dtype and a precision
+TEMPLATE = EXPORTED  # the template whose variants have a dtype and a precision
 HALF = ("float16", "bfloat16")
 FOLDER = "triage"  # under the run folder: one run folder per variant and step
 

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reprokit.records.run import EXPORTED
 from reprokit.records.sweep import case_file
 from reprokit.tools.capture.export import export, flatten_outputs
 from reprokit.tools.capture.writer import (
@@ -35,7 +36,7 @@ from reprokit.tools.capture.writer import (
 if TYPE_CHECKING:
     import torch
 
-TEMPLATE = "exported_program"
+TEMPLATE = EXPORTED
 
 
 def capture(

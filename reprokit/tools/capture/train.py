@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprokit.errors import ReprokitError
+from reprokit.records.run import TRAINING
 from reprokit.records.sweep import case_file
 from reprokit.tools.capture.export import draws, export
 from reprokit.tools.capture.factory import command as capture_command
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
     import torch
 
-TEMPLATE = "training_program"
+TEMPLATE = TRAINING
 
 
 def capture_training(

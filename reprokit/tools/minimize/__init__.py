@@ -25,7 +25,7 @@ def minimize(
     # Imported here: the strategies import this package's modules, and it must stay light.
     from reprokit.tools.minimize import graph, params
 
-    if variant.template.name in graph.TEMPLATES:
+    if variant.captured:
         return graph.minimize_graph(
             variant, out_dir=out_dir, options=options, budget=budget, root=root
         )

@@ -45,8 +45,8 @@ def write_root_repros(run_dir: Path, options: Options | None = None) -> None:
 def _wanted(variant: VariantResult) -> bool:
     """A captured program (its ``program`` parameter) whose outputs or operations differ, not
     by a test-only fault (``perturb_node``: XLA's result changed by the harness, no bug)."""
-    program = variant.variant.get("program") and variant.outcome is Outcome.MISMATCH
-    return bool(program) and not variant.variant.get("perturb_node") and bool(roots(variant))
+    program = variant.captured and variant.outcome is Outcome.MISMATCH
+    return program and not variant.variant.get("perturb_node") and bool(roots(variant))
 
 
 def _digest(run_dir: Path) -> str:

@@ -40,6 +40,7 @@ from reprokit.generate.templates import template_dirs
 from reprokit.records import Root, VariantResult
 from reprokit.records.folder import ISSUES, REPRO_OUT, SCRIPT
 from reprokit.records.issues import RootRepro
+from reprokit.records.run import PROGRAM
 from reprokit.runner.options import Options
 from reprokit.runner.processes.alone import run_alone
 from reprokit.tools.minimize.graph.script import _line
@@ -100,7 +101,7 @@ def variant_repros(variant: VariantResult, folder: Path, options: Options) -> li
 
 def _program_path(variant: VariantResult, folder: Path) -> Path:
     """The run's copy of the program beside the variant's script, else where the case named."""
-    named = Path(str(variant.variant["program"]))
+    named = Path(str(variant.variant[PROGRAM]))
     beside = folder / named.name
     return beside if beside.is_file() else named
 

@@ -47,6 +47,7 @@ from reprokit.records.minimize import (
     GraphShrink,
     Step,
 )
+from reprokit.records.run import PROGRAM
 from reprokit.runner.options import Options
 from reprokit.runner.processes.alone import keep_output
 from reprokit.runner.scheduler import Interrupted
@@ -67,14 +68,12 @@ from reprokit.tools.minimize.search import (
 from reprokit.tools.minimize.target import Target
 from reprokit.tools.whose import whose
 
-TEMPLATE = "exported_program"
 WHOSE = "whose"  # the folder of the HLO text whose() attaches
-# A training capture's joint graph is a program of the same kind: its candidates are subgraphs
-# of forward and backward operations, run by the training template (no gradients left to it:
-# one step of the graph as it is).
-TEMPLATES = (TEMPLATE, "training_program")
+# A training capture's joint graph is a program of the same kind (records.run.captured): its
+# candidates are subgraphs of forward and backward operations, run by the training template
+# (no gradients left to it: one step of the graph as it is).
 
-__all__ = ["TEMPLATE", "TEMPLATES", "minimize_graph"]
+__all__ = ["minimize_graph"]
 
 
 def minimize_graph(
@@ -90,12 +89,12 @@ def minimize_graph(
     """Shrink the program of an ``exported_program`` variant, then its parameters, keeping
     ``root`` (a root's recorded name or op; else the first that reaches an output).
     ``truncate=False`` leaves out the first strategy (bench/minimize_graph.py compares)."""
-    if variant.template.name not in TEMPLATES:
+    if not variant.captured:
         raise ReprokitError(
             f"{variant.case.name} does not run a captured program", variant.case.path
         )
     runner = Runner.into(out_dir, options, budget, cache)
-    original = program.load(Path(variant.params["program"]))
+    original = program.load(Path(variant.params[PROGRAM]))
     programs = Programs(original, variant, runner.out_dir / PROGRAMS)
     start, searches = time.monotonic(), _Searches()
 
@@ -191,7 +190,7 @@ def write(
     (out_dir / MINIMAL_PROGRAM).unlink(missing_ok=True)  # a run folder may hold a link to it
     shutil.copyfile(made, out_dir / MINIMAL_PROGRAM)
     params = chosen.best if chosen else programs.params(best)
-    minimal = variant.with_params({**params, "program": str(out_dir / MINIMAL_PROGRAM)})
+    minimal = variant.with_params({**params, PROGRAM: str(out_dir / MINIMAL_PROGRAM)})
     text, stored = script.standalone(original, best, minimal, programs.perturbed)
     checking = graph.target if graph and stopped != "interrupted" else None  # Ctrl-C: no run
     by_autograd = gradient_repro(programs, runner, best, minimal, checking)
@@ -276,7 +275,7 @@ def short_inputs(
     result = None
     try:
         if path.is_file() or _saved(drawn, best, path):
-            params = {**params, "program": str(path)}
+            params = {**params, PROGRAM: str(path)}
             (result,), _ = runner.run([candidate(programs.variant, params, "r")])
     except (Interrupted, KeyboardInterrupt):
         result = None

@@ -23,6 +23,7 @@ from typing import Any
 import reprokit.tools.minimize.graph.program as program
 from reprokit.generate.variants import Variant
 from reprokit.records import Outcome
+from reprokit.records.run import PROGRAM
 from reprokit.tools.minimize.ddmin import ddmin
 from reprokit.tools.minimize.graph.program import Original, State
 from reprokit.tools.minimize.search import Search, Strategy, candidate
@@ -53,7 +54,7 @@ class Programs:
     def params(self, state: State) -> dict[str, Any]:
         """The case's parameters for a candidate: its program, and the fault moved along with
         the node it names (the template names nodes by their position)."""
-        params = {**self.variant.params, "program": str(self.path(state))}
+        params = {**self.variant.params, PROGRAM: str(self.path(state))}
         if "perturb_node" in params and self.perturbed:
             saved = program.saved_name(self.original, state, self.perturbed)
             params["perturb_node"] = saved or ""  # the node is gone, and its fault with it
