@@ -507,6 +507,37 @@ def test_the_captured_check_finds_each_way_to_ask():
                                       (3, '.get("program")')]  # fmt: skip
 
 
+def unnamed_modules(layout: str, modules: list[Path]) -> list[str]:
+    """The ``modules`` (paths under the package) docs/development.md's ``layout`` block does not
+    name: a module by its file name, a package by its folder (cli/'s modules are its commands,
+    one module per command: named by that rule)."""
+    found = []
+    for path in modules:
+        if path.parts[0] == "cli":
+            continue
+        name = f"{path.parent.name}/" if path.name == "__init__.py" else path.name
+        if path.parent != Path(".") or path.name != "__init__.py":
+            if name not in layout:
+                found.append(path.as_posix())
+    return found
+
+
+def test_the_development_guide_names_every_module_and_package():
+    layout = (ROOT / "docs" / "development.md").read_text("utf-8").split("```")[1]
+    modules = sorted(p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py"))
+    assert unnamed_modules(layout, modules) == []
+
+
+def test_the_guide_check_finds_an_unnamed_module():
+    layout = "reprokit/tools/  ops/ (harness/: sweep.py)"
+    modules = [Path("tools/ops/__init__.py"), Path("tools/ops/harness/sweep.py"),
+               Path("tools/ops/harness/sharded.py"), Path("tools/since/__init__.py")]  # fmt: skip
+    assert unnamed_modules(layout, modules) == [
+        "tools/ops/harness/sharded.py",
+        "tools/since/__init__.py",
+    ]
+
+
 def defined_twice(sources: dict[str, str]) -> dict[str, list[str]]:
     """Class names defined in more than one of ``sources`` (module -> its source)."""
     defined: dict[str, list[str]] = {}
