@@ -267,3 +267,20 @@ def test_an_evenly_split_result_that_loses_its_sharding_is_listed():
     said = markdown(sweep)
     assert "Padded splits: 5 of 5 elementwise results of 1 op came back replicated" in said
     assert "| `sin` | 1 of 4 | 5 of 5 | sample 3: float32[4, 4], 0@x: {devices=" in said
+
+
+def test_random_ops_and_the_plain_sweeps_findings_make_no_sharded_group(tmp_path):
+    """multi_head_attention_forward with dropout draws its mask from XLA's generator: seeded
+    alike for the unsharded and the sharded call, they agree (unseeded, the second call drew
+    another mask: a false group). matrix_rank of a batch has the wrong shape on XLA sharded or
+    not (svdvals_batch_dims.md): the plain sweep's finding, and its float32 ties are no
+    sharding's doing."""
+    done = reprokit("ops", "nn.functional.multi_head_attention_forward", "linalg.matrix_rank",
+                    "--mesh", "2x2", "--mesh-samples", "13", "--dtypes", "float32", "-n", "2",
+                    "-o", str(tmp_path / "out"), cache=tmp_path / "cache")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    sweep = read_ops(tmp_path / "out")
+    attention = [r for r in sweep.records if r.op == "nn.functional.multi_head_attention_forward"]
+    assert sum(r.verdict == "match" for r in attention) > 100
+    reasons = {r.reason for r in sweep.records if r.op == "linalg.matrix_rank"}
+    assert "unsharded XLA's result has another shape than CPU's: the plain sweep's" in reasons

@@ -54,16 +54,11 @@ def judge_sharded(
 def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, passed: tuple, fallbacks: Any):
     (spec, mesh), (grad, inplace) = on, passed
     leaves, tree = tree_flatten((sample.input, tuple(sample.args)))
-    sharded = [placements(spec, t.dim()) if _shardable(t) else None for t in leaves]
-    if spec != CONTROL and not any(sharded):
-        raise judge.Skip(f"no tensor argument has the dims of {spec.split('/')[0]}")
-    view = spec.partition("/")[2]
-    if view == "transpose" and not any(p and len(p) >= 2 for p in sharded):
-        raise judge.Skip("no sharded argument of rank 2 or more to transpose")
+    sharded, view = _placements(spec, leaves)
     call = judge.call_for(op, sample, inplace=inplace)
     kwargs = judge.move(sample, "xla")[2]
 
-    def laid_out(marked: bool) -> list[Any]:
+    def laid_out(marked: bool, seed: int = 0) -> list[Any]:
         """The op's results (``grad``: its arguments' gradients, as judge.evaluate's) with its
         arguments laid out by ``spec``, sharded or not: the unsharded control takes the same
         view (as_strided reads a slice's storage on XLA, sharded or not: no sharding's doing)."""
@@ -73,7 +68,7 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, passed: tuple, 
                  for t, p in zip(given, sharded, strict=True)]  # fmt: skip
         input_, args = tree_unflatten(moved, tree)
         laid = _first_laid(moved, sharded) if marked and not view else None
-        torch.manual_seed(0)
+        _seeded(seed)  # the same random numbers unsharded and sharded
         with torch.enable_grad() if grad else torch.no_grad():
             out = call(input_, *args, **kwargs)
             if grad:
@@ -105,7 +100,29 @@ def _judged(op: Any, sample: Any, dtype: torch.dtype, on: tuple, passed: tuple, 
     if judge._identical(plain, found):
         return {"verdict": "match"} | layout
     run = judge._runner(op, sample, dtype, grad=grad, inplace=inplace)
-    return _against_unsharded(op, sample, run, (plain, found), spec, grad=grad) | layout
+    verdict = _against_unsharded(op, sample, run, (plain, found), spec, grad=grad)
+    if verdict["verdict"] == "differs" and not judge._identical(plain, laid_out(False, seed=1)):
+        raise judge.Skip("random: unsharded XLA gives other values for another seed")
+    return verdict | layout
+
+
+def _placements(spec: str, leaves: list[Any]) -> tuple[list[Any], str]:
+    """Each argument's placements under ``spec`` (None: left unsharded) and the spec's view;
+    a sample the spec cannot lay out is a skip."""
+    sharded = [placements(spec, t.dim()) if _shardable(t) else None for t in leaves]
+    if spec != CONTROL and not any(sharded):
+        raise judge.Skip(f"no tensor argument has the dims of {spec.split('/')[0]}")
+    view = spec.partition("/")[2]
+    if view == "transpose" and not any(p and len(p) >= 2 for p in sharded):
+        raise judge.Skip("no sharded argument of rank 2 or more to transpose")
+    return sharded, view
+
+
+def _seeded(seed: int) -> None:
+    import torch_xla
+
+    torch.manual_seed(seed)
+    torch_xla.manual_seed(seed)  # XLA's own generator: torch.manual_seed leaves it
 
 
 def _elementwise(op: Any) -> bool:
@@ -152,6 +169,10 @@ def _against_unsharded(op, sample, run, results, spec, *, grad: bool) -> dict[st
     ties = judge._index_op(op.name) and judge._ties(sample)
     for k, (u, s) in enumerate(zip(plain, found, strict=True)):
         f = ref[k] if ref is not None and len(ref) == len(plain) else None
+        if isinstance(f, torch.Tensor) and isinstance(u, torch.Tensor) and f.shape != u.shape:
+            raise judge.Skip(
+                "unsharded XLA's result has another shape than CPU's: the plain sweep's"
+            )
         verdict = judge._leaf(k, u, s, f, sample, ties=ties)
         if verdict is None or verdict["verdict"] != "differs":
             continue
