@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from reprokit.records.ops import read_ops
-from reprokit.tools.ops.worker.main import HANG
+from reprokit.tools.ops.worker.main import EXHAUST, HANG
 
 TIMEOUT = 3  # seconds a sample may take here
 
@@ -47,3 +47,21 @@ def test_a_hanging_sample_is_killed_named_and_the_sweep_goes_on(tmp_path):
     assert group.reproduces_alone is False  # add does not hang alone: only the hook did
     assert "add float32 forward hang" in done.stdout
     assert seconds < 240, seconds  # the hang cost its timeout, not the worker's overall limit
+
+
+def test_a_worker_out_of_memory_mappings_runs_its_sample_again_in_a_new_one(tmp_path):
+    """The whole --mesh sweep's workers ran out of memory mappings after hours of compiled
+    programs ("LLVM compilation error: Cannot allocate memory", then SIGSEGV): the worker's
+    end, not the sample's. The hook (worker.EXHAUST) dies so once on add's sample 1: the sample
+    runs again in a new worker and matches; no crash group, none refused."""
+    env = dict(os.environ, REPROKIT_CACHE=str(tmp_path / "cache"), REPROKIT_WARM_IDLE="0",
+               PJRT_DEVICE="CPU")  # fmt: skip
+    env[EXHAUST] = f"add:1:{tmp_path / 'exhausted'}"
+    command = [sys.executable, "-c", "from reprokit.cli import main; main()", "ops", "add",
+               "--dtypes", "float32", "-n", "1", "-o", str(tmp_path / "out")]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "exhausted").is_file()  # the hook did kill the first worker
+    added = [r for r in read_ops(tmp_path / "out").records if r.op == "add"]
+    assert [r.verdict for r in added if r.sample == 1] == ["match"]
+    assert not [r for r in added if r.verdict == "differs"]

@@ -41,6 +41,10 @@ SOURCE = Path(__file__).parents[4]  # the folder holding the reprokit package
 BATCH = 6  # tasks a worker is fed at once (an op's three dtypes, OpInfo's and the edge samples)
 POLL = 0.05  # seconds between looks at a worker's answers
 RESTARTS = 200  # new workers one batch may take (one per crash) before the rest is refused
+# XLA's compiler out of the worker's resources: its memory mappings (65,530 by default) spent
+# by hours of compiled programs, the sample not at fault. That sample runs again, once, in a
+# new worker (measured: both workers of the whole --mesh sweep died so in linalg.svdvals)
+EXHAUSTED = "Cannot allocate memory"
 CRASHES = 3  # samples of one task that may kill a worker; its other samples are then not run
 TICK = 5.0  # seconds between looks at the samples judged in the workers at work
 NEVER = 1 << 30  # a task's ``start`` that runs none of its samples (only ``describe`` them)
@@ -135,6 +139,7 @@ class _Batch:
     restarts: int = 0
     found: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # id -> records
     finished: set[str] = field(default_factory=set)  # ids of its tasks done
+    retried: set[tuple[str, int]] = field(default_factory=set)  # (task id, sample) run again
 
 
 class Pool:
@@ -324,16 +329,21 @@ class Pool:
             for task in rest:
                 finish(task["id"], [*batch.found.pop(task["id"], []), _refused(why)])
             return None
+        first = dict(next(t for t in rest if t["id"] == begun["begin"]))
+        others = [t for t in rest if t["id"] != begun["begin"]]
+        again = (begun["begin"], begun["sample"])
+        if EXHAUSTED in _tail(folder) and again not in batch.retried:  # the worker's, once
+            first["start"] = begun["sample"]
+            retried = batch.retried | {again}
+            return _Batch([first, *others], batch.restarts + 1, batch.found, retried=retried)
         dead = _death(begun, ended)
         batch.found.setdefault(begun["begin"], []).append(dead)
-        first = dict(next(t for t in rest if t["id"] == begun["begin"]))
         first["start"] = begun["sample"] + 1
         deaths = sum(r.get("kind") in ("crash", "hang") for r in batch.found[begun["begin"]])
         if deaths >= CRASHES:  # the rest of the task: described, not run
             first["start"] = NEVER
         first["describe"] = [*first.get("describe", []), begun["sample"]]
-        others = [t for t in rest if t["id"] != begun["begin"]]
-        return _Batch([first, *others], batch.restarts + 1, batch.found)
+        return _Batch([first, *others], batch.restarts + 1, batch.found, retried=batch.retried)
 
     def _folder(self) -> Path:
         with self._lock:

@@ -51,6 +51,9 @@ POLL = 0.02  # seconds between looks for the driver's next batch
 # Tests only: ``OP:SAMPLE`` makes that sample of that OpInfo hang (in every dtype), so that a
 # test sees a real hang met by the sample's timeout; unset, it costs one lookup a task
 HANG = "REPROKIT_OPS_HANG"
+# Test-only, as HANG: OP:SAMPLE:MARKER makes the first worker on that sample die as one whose
+# compiler ran out of the process's memory mappings does (the message, then SIGSEGV), once
+EXHAUST = "REPROKIT_OPS_EXHAUST"
 # Ops whose results are random or uninitialized by design: not run at all
 RANDOM = (
     "bernoulli",
@@ -288,6 +291,7 @@ class _Judging:
         signal.alarm(self.timeout)
         if i == _hang(task["op"]):
             threading.Event().wait()  # until the alarm ends the process
+        _exhaust(task["op"], i)
         self.fallbacks(clear=True)
         if task.get("shard"):  # against the same sample unsharded: sharding.py
             found = sharding.judge_sharded(
@@ -357,6 +361,19 @@ def _hang(op: str) -> int | None:
     """The sample of ``op`` that REPROKIT_OPS_HANG makes hang, if any."""
     name, _, sample = os.environ.get(HANG, "").rpartition(":")
     return int(sample) if name == op else None
+
+
+def _exhaust(op: str, sample: int) -> None:
+    """REPROKIT_OPS_EXHAUST's death, the first time a worker reaches its sample."""
+    asked = os.environ.get(EXHAUST, "").split(":", 2)
+    if len(asked) < 3:
+        return
+    name, at, marker = asked
+    if name == op and at == str(sample) and not os.path.exists(marker):
+        Path(marker).touch()
+        sys.stderr.write("LLVM compilation error: Cannot allocate memory\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSEGV)
 
 
 def _device(backend: str) -> str:
