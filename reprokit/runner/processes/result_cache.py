@@ -22,6 +22,7 @@ An executor like any other (it wraps one), so that the scheduler knows nothing o
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sys
 import threading
@@ -163,14 +164,22 @@ def _keeps(result: StageResult) -> bool:
 
 
 def _digest(folder: Path, skip: tuple[str, ...] = ()) -> str:
-    """The files under ``folder`` (names and bytes; logs and UNSTABLE files left out)."""
+    """The files under ``folder`` (names and bytes; logs and UNSTABLE files left out), its
+    top-level entries named in ``skip`` never entered: another stage of the variant may be
+    making or removing its folder in stages/ meanwhile (a walk into it raced that)."""
     digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
-        relative = path.relative_to(folder)
-        if relative.parts[0] in skip or path.suffix == ".log" or path.name in UNSTABLE:
+    found = []
+    for root, dirs, files in os.walk(folder):  # a folder gone mid-walk is passed over
+        here = Path(root)
+        if here == folder:
+            dirs[:] = [d for d in dirs if d not in skip]
+            files = [f for f in files if f not in skip]
+        found += [here / name for name in files]
+    for path in sorted(found):
+        if path.suffix == ".log" or path.name in UNSTABLE or path.is_symlink():
             continue
-        if path.is_file() and not path.is_symlink():
-            digest.update(str(relative).encode() + b"\0" + content_digest(path))
+        if path.is_file():
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + content_digest(path))
     return digest.hexdigest()
 
 
