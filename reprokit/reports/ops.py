@@ -81,6 +81,11 @@ def markdown(sweep: OpsSweep) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _op(op: str, variant: str) -> str:
+    """An op as a table's first cell names it: `nn.functional.conv2d` (variant)."""
+    return f"`{op}`" + (f" ({variant})" if variant else "")
+
+
 def _groups(groups: tuple[Group, ...]) -> list[str]:
     if not groups:
         return ["## Groups", "", "No divergence.", ""]
@@ -91,7 +96,7 @@ def _groups(groups: tuple[Group, ...]) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for g in groups[:GROUP_ROWS]:
-        op = f"`{g.op}`" + (f" ({g.variant})" if g.variant else "")
+        op = _op(g.op, g.variant)
         op += " [torch]" if g.owner == "torch" else ""
         op += f" (cause: `{g.cause}`)" if g.cause else ""
         w = g.witness
@@ -172,7 +177,7 @@ def _precision(found: list[dict]) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in found:
-        op = f"`{p['op']}`" + (f" ({p['variant']})" if p["variant"] else "")
+        op = _op(p["op"], p["variant"])
         passed = "in-place" if p.get("inplace") else "backward" if p["grad"] else "forward"
         size = f"{p['ulps']:g} ({p['result_ulps']:g}) / {p['cpu_ulps']:g}"
         counts = f"{p['samples']}" + (f" ({p['differs']})" if p.get("differs") else "")
@@ -302,7 +307,7 @@ def _lost(sweep: OpsSweep) -> list[str]:
         "| --- | --- | --- | --- |",
     ]
     for e in even:
-        op = f"`{e['op']}`" + (f" ({e['variant']})" if e["variant"] else "")
+        op = _op(e["op"], e["variant"])
         w = e["witness"]
         witness = f"sample {w['sample']}: {', '.join(w['tensors'])}, {w['shard']}: {w['lost']}"
         lines.append(
@@ -322,7 +327,7 @@ def _cpu_wrong(sweep: OpsSweep) -> list[str]:
         "| --- | --- | --- | --- | --- |",
     ]
     for e in sweep.cpu_wrong:
-        op = f"`{e['op']}`" + (f" ({e['variant']})" if e["variant"] else "")
+        op = _op(e["op"], e["variant"])
         passed = "backward" if e["grad"] else "forward"
         lines.append(f"| {op} | {e['dtype']} | {passed} | {e['samples']} | {_cell(e['detail'])} |")
     return [*lines, ""]
