@@ -388,8 +388,9 @@ def _laid_out(
     )
     laid = []
     for differs, what, new, seen, *_ in [itself, *made]:
+        described = samples.describe(new)  # once a sample, not once a spec
         for spec in request["specs"]:
-            spread = mesh.features(spec, request["mesh"], samples.describe(new))
+            spread = mesh.features(spec, request["mesh"], described)
             from_differs = differs and spec == base["shard"]
             laid.append((from_differs, f"{what}, sharded {spec}", new, seen | spread, dtype, spec))
     return laid
